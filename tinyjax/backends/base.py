@@ -1,0 +1,125 @@
+"""The backend interface, the choice of backend and device, and the fallback policy.
+
+A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
+equation (`supports`) and compiles a flushed Program into a runner (`compile`). The backend in effect is
+chosen at each flush from the settings (tinyjax.config), so a setting changed at run time is honoured.
+"""
+import abc
+import dataclasses
+import threading
+import warnings
+from typing import Callable
+
+import numpy as np
+
+from tinyjax import config
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+  """A device as tinyjax names it: the backend that drives it and the device string (`CPU`, `CL`, `cpu:0`)."""
+  platform: str
+  name: str
+
+  def __str__(self):
+    return self.name
+
+  def __repr__(self):
+    return f"{self.platform.capitalize()}Device({self.name})"
+
+
+@dataclasses.dataclass
+class Compiled:
+  """A program ready to run: `run(input buffers) -> output buffers`, and what one run executes where."""
+  run: Callable[[list], list]
+  counts: dict  # (backend name, primitive name) -> equations per run
+  segments: list  # backend name of each segment, in order
+  bytes_crossed: int  # bytes moved between backends per run
+
+
+class Backend(abc.ABC):
+  name: str
+  device: Device
+
+  @abc.abstractmethod
+  def put(self, host: np.ndarray):
+    """A host array as this backend's buffer."""
+
+  @abc.abstractmethod
+  def get(self, buffer) -> np.ndarray:
+    """A buffer of this backend as a host array."""
+
+  @abc.abstractmethod
+  def supports(self, eqn) -> bool:
+    """Whether this backend runs the equation natively (rule and dtypes)."""
+
+  @abc.abstractmethod
+  def compile(self, program) -> Compiled:
+    """A runner for the Program."""
+
+  def __repr__(self):
+    return f"<{self.name} backend on {self.device}>"
+
+
+class DeviceNotFoundError(RuntimeError):
+  """Raised when the requested device is unknown or unusable here; the message lists the devices that work."""
+
+
+_backends: dict[tuple[str, str], Backend] = {}
+_lock = threading.Lock()
+
+
+def current_backend() -> Backend:
+  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device)."""
+  key = (config.validated("backend"), config.get("device"))
+  backend = _backends.get(key)
+  if backend is None:
+    with _lock:
+      backend = _backends.get(key) or _backends.setdefault(key, _make(*key))
+  return backend
+
+
+def _make(name: str, device: str) -> Backend:
+  if name == "xla":
+    from tinyjax.backends.xla import XlaBackend
+    return XlaBackend(device)
+  from tinyjax.backends.tinygrad import TinygradBackend
+  return TinygradBackend(device)
+
+
+def devices(backend: str | None = None) -> list[Device]:
+  """The devices of a backend that work on this machine (the backend in effect by default)."""
+  name = backend or config.validated("backend")
+  if name == "xla":
+    from tinyjax.backends.xla import available_devices
+  else:
+    from tinyjax.backends.tinygrad import available_devices
+  return available_devices()
+
+
+# --- the fallback policy
+
+class FallbackError(NotImplementedError):
+  """An equation has no native rule on the chosen device, and TINYJAX_FALLBACK=error."""
+
+
+_warned: set[str] = set()
+
+
+def check_fallback(backend: Backend, eqns, source: str) -> None:
+  """Apply TINYJAX_FALLBACK to equations about to be buffered: raise or warn at the user's call."""
+  policy = config.validated("fallback")
+  if policy == "xla" or backend.name == "xla":
+    return
+  for eqn in eqns:
+    if backend.supports(eqn):
+      continue
+    dtypes = ", ".join(sorted({str(a.dtype) for a in eqn.in_avals + eqn.out_avals}))
+    message = (f"{eqn.name} ({dtypes}) has no native rule on {backend.device!r}; it would run on XLA. "
+               f"Called at {source}")
+    if policy == "error":
+      raise FallbackError(message + " (TINYJAX_FALLBACK=error)")
+    if eqn.name not in _warned:
+      _warned.add(eqn.name)
+      filename, _, line = source.rpartition(":")
+      warnings.warn_explicit(message, RuntimeWarning, filename, int(line) if line.isdigit() else 0)

@@ -1,0 +1,183 @@
+"""The tinygrad backend: each equation's rule builds lazy tinygrad Tensors, and one realize at the end of the
+program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by
+TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
+import collections
+import functools
+
+import numpy as np
+
+from tinyjax.backends import mixed, xla
+from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
+  contraction, control_flow, elementwise, reduction, shape)
+from tinyjax.backends.tinygrad.table import HOST_SYNC, RULES, RuleContext, tg_dtype
+from jax.extend.core import jaxprs_in_params
+
+from tinyjax.core.program import interpret, program_of, read_outputs
+
+OLD_NAMES = {"CLANG": "CPU", "GPU": "CL", "LLVM": "CPU:LLVM"}  # NB: tinygrad renamed these devices
+
+
+def canonical(device: str) -> str:
+  head, sep, tail = device.upper().partition(":")
+  return OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+
+
+def available_devices() -> list[Device]:
+  from tinygrad import Device as TgDevice
+  return [Device("tinygrad", name) for name in TgDevice.get_available_devices()]
+
+
+class TinygradBackend(Backend):
+  name = "tinygrad"
+
+  def __init__(self, device: str):
+    from tinygrad import Device as TgDevice
+    requested = canonical(device) if device else None
+    try:
+      name = requested.partition(":")[0] if requested else TgDevice.DEFAULT
+      TgDevice[name]
+    except Exception as error:
+      available = ", ".join(d.name for d in available_devices()) or "none"
+      raise DeviceNotFoundError(f"tinygrad device {device!r} is not available here ({error}); available: "
+                                f"{available}") from None
+    self.tg_device = name
+    self.device = Device("tinygrad", requested or name)
+    self._supports: dict = {}
+
+  # --- moving data
+  def put(self, host):
+    from tinygrad import Tensor
+    host = np.ascontiguousarray(host)
+    if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around
+      return Tensor(host.reshape(1), device=self.tg_device).realize().reshape(())
+    return Tensor(host, device=self.tg_device).realize()
+
+  def get(self, buffer):
+    return buffer.numpy()
+
+  def const(self, c):
+    from tinygrad import Tensor
+    value = np.asarray(c.value, c.aval.dtype)
+    if value.ndim == 0:
+      return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=self.tg_device)
+    return Tensor(np.ascontiguousarray(value), device=self.tg_device)
+
+  # --- what runs here
+  def supports(self, eqn) -> bool:
+    if eqn.name not in RULES:
+      return False
+    return all(self.supports_dtype(a.dtype) for a in eqn.in_avals + eqn.out_avals)
+
+  @functools.cache
+  def supports_dtype(self, dtype) -> bool:
+    """Whether the device computes this dtype: checked once by running a small kernel in it."""
+    from tinygrad import Tensor
+    try:
+      dt = tg_dtype(dtype)
+      probe = (Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device))
+      return probe.numpy().shape == (2,)
+    except Exception:
+      return False
+
+  def apply(self, eqn, inputs):
+    ctx = RuleContext(eqn.in_avals, eqn.out_avals, self.tg_device, self)
+    out = RULES[eqn.name](ctx, *inputs, **eqn.params)
+    return out if eqn.primitive.multiple_results else [out]
+
+  def run_jaxpr(self, closed_jaxpr, *args) -> list:
+    """Run a ClosedJaxpr on Tensors (the bodies of control-flow and call primitives)."""
+    program = _program_of(closed_jaxpr)
+    env = [None] * program.n_slots
+    env[:len(args)] = args
+    interpret(program.eqns, env, self.apply, self.const)
+    return read_outputs(program, env, self.const)
+
+  # --- compiling a flushed program
+  def compile(self, program) -> Compiled:
+    avals = dict(enumerate(program.in_avals))
+    avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
+    segments = mixed.partition(program, self.supports)
+    steps, crossed = [], 0
+    for segment in segments:
+      if segment.native:
+        steps.append(functools.partial(interpret, segment.eqns, apply=self.apply, const=self.const))
+      else:
+        crossed += mixed.crossing_bytes(segment, avals)
+        steps.append(self._fallback_step(segment, program.n_slots))
+
+    def run(inputs):
+      env = [None] * program.n_slots
+      env[:len(inputs)] = inputs
+      for step in steps:
+        step(env)
+      outs = read_outputs(program, env, self.const)
+      # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
+      outs = [t if isinstance(a, int) and a < len(inputs) else t.contiguous() for a, t in zip(program.outputs, outs)]
+      _realize(outs)
+      return outs
+
+    jittable = (len(segments) == 1 and segments[0].native and not _uses_host_sync(program.eqns))
+    counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
+    runner = _Replayed(run, program, self.const) if jittable else run
+    return Compiled(runner, counts, ["tinygrad" if s.native else "xla" for s in segments], crossed)
+
+  def _fallback_step(self, segment, n_slots):
+    fn = xla.compile_eqns(segment.eqns, segment.inputs, segment.outputs, n_slots)
+
+    def step(env):
+      import jax
+      results = fn(*[jax.device_put(self.get(env[s].realize())) for s in segment.inputs])
+      for slot, value in zip(segment.outputs, results):
+        env[slot] = self.put(np.asarray(value))
+    return step
+
+
+def _realize(outs):
+  from tinygrad import Tensor
+  pending = [t for t in outs if not t.uop.is_realized]
+  if pending:
+    Tensor.realize(*pending)
+
+
+@functools.lru_cache(maxsize=1024)
+def _program_of(closed_jaxpr):
+  return program_of(closed_jaxpr)
+
+
+def _uses_host_sync(eqns) -> bool:
+  """Whether any equation, or any equation of a jaxpr in its params, reads values on the host."""
+  return any(eqn.primitive.name in HOST_SYNC or any(_uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params))
+             for eqn in eqns)
+
+
+class _Replayed:
+  """Runs a wholly native program under TinyJit: run plainly first, captured on the second call, replayed after.
+
+  NB: TinyJit returns the same output buffers on every replay, so computed outputs are copied out; program
+  outputs that are inputs or constants never go through the jit.
+  """
+
+  def __init__(self, run, program, const):
+    from tinygrad import TinyJit
+    self.run, self.program, self.const = run, program, const
+    self.n_inputs = len(program.in_avals)
+    self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
+    self.jit = TinyJit(lambda *inputs: tuple(run(list(inputs))[i] for i in self.computed))
+    self.broken = not self.computed
+
+  def __call__(self, inputs):
+    from tinygrad import Tensor
+    from tinygrad.engine.jit import JitError, _copy_input
+    if self.broken:
+      return self.run(inputs)
+    try:
+      computed = self.jit(*inputs)
+    except JitError:  # e.g. two inputs on one buffer, or nothing to capture
+      self.broken = True
+      return self.run(inputs)
+    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
+            for a in self.program.outputs]
+    for i, tensor in zip(self.computed, computed):
+      outs[i] = Tensor(_copy_input(tensor.uop.base)).reshape(tensor.shape)
+    return outs

@@ -1,0 +1,64 @@
+"""The XLA backend: JAX runs the equations (jitted, so each program compiles once). It is also the fallback
+that runs, inside a tinygrad program, the segments tinygrad has no rule for."""
+import collections
+
+import jax
+import numpy as np
+
+from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.core.program import interpret
+
+
+def available_devices() -> list[Device]:
+  return [Device("xla", f"{d.platform}:{d.id}") for d in jax.devices()]
+
+
+def bind(eqn, inputs):
+  """An equation applied by JAX itself."""
+  out = eqn.primitive.bind(*inputs, **eqn.params)
+  return out if eqn.primitive.multiple_results else [out]
+
+
+def _const(c):
+  return np.asarray(c.value, c.aval.dtype)
+
+
+def compile_eqns(eqns, in_slots, out_atoms, n_slots):
+  """A jitted function from the values in `in_slots` to the values of `out_atoms`."""
+  def run(*inputs):
+    env = [None] * n_slots
+    for slot, value in zip(in_slots, inputs):
+      env[slot] = value
+    interpret(eqns, env, bind, _const)
+    return [env[a] if isinstance(a, int) else _const(a) for a in out_atoms]
+  return jax.jit(run)
+
+
+class XlaBackend(Backend):
+  name = "xla"
+
+  def __init__(self, device: str):
+    choices = jax.devices()
+    self._jax_device = choices[0]
+    if device:
+      matches = [d for d in choices if device.lower() in (d.platform, f"{d.platform}:{d.id}", str(d).lower())]
+      if not matches:
+        raise DeviceNotFoundError(f"XLA has no device {device!r}; available: "
+                                  f"{', '.join(str(d) for d in available_devices())}")
+      self._jax_device = matches[0]
+    self.device = Device("xla", f"{self._jax_device.platform}:{self._jax_device.id}")
+
+  def put(self, host):
+    return jax.device_put(host, self._jax_device)
+
+  def get(self, buffer):
+    return np.asarray(buffer)
+
+  def supports(self, eqn):
+    return True
+
+  def compile(self, program):
+    n_in = len(program.in_avals)
+    fn = compile_eqns(program.eqns, range(n_in), program.outputs, program.n_slots)
+    counts = collections.Counter(("xla", e.name) for e in program.eqns)
+    return Compiled(lambda inputs: fn(*inputs), counts, ["xla"] if program.eqns else [], 0)

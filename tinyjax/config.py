@@ -1,0 +1,75 @@
+"""tinyjax's settings: one table, read from the environment at first use (never at import).
+
+`tinyjax.config.update(name, value)` overrides a setting for the process; names prefixed `jax_` are JAX's own
+and go to `jax.config.update`. docs/settings.md is generated from SETTINGS.
+"""
+import contextlib
+import contextvars
+import dataclasses
+import os
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  env: str
+  default: str
+  choices: tuple[str, ...] | None
+  doc: str
+
+
+SETTINGS: dict[str, Setting] = {
+  "backend": Setting("TINYJAX_BACKEND", "tinygrad", ("tinygrad", "xla"), "which backend runs flushed programs"),
+  "device": Setting("TINYJAX_DEVICE", "", None,
+                    "tinygrad device string (DEV syntax: CPU, CL, METAL, CUDA, ...; CLANG means CPU); empty: tinygrad's default"),
+  "fallback": Setting("TINYJAX_FALLBACK", "xla", ("xla", "warn", "error"),
+                      "what happens to an equation tinygrad cannot run: run it on XLA, also warn once per primitive, or raise"),
+  "buffer_limit": Setting("TINYJAX_BUFFER_LIMIT", "2000", None, "flush once this many equations are pending"),
+  "log_compiles": Setting("TINYJAX_LOG_COMPILES", "0", ("0", "1"), "print each program tinyjax compiles and why the cache missed"),
+}
+
+_overrides: dict[str, str] = {}
+_device_stack: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tinyjax_device_stack", default=())
+
+
+def get(name: str) -> str:
+  """The value in effect: `update` first, then the environment variable, then the default."""
+  setting = SETTINGS[name]
+  if name == "device" and (stack := _device_stack.get()):
+    return stack[-1]
+  if name in _overrides:
+    return _overrides[name]
+  return os.environ.get(setting.env, setting.default)
+
+
+def _check(name: str, value: str) -> str:
+  if name not in SETTINGS:
+    raise ValueError(f"unknown tinyjax setting {name!r}; settings are {sorted(SETTINGS)}")
+  choices = SETTINGS[name].choices
+  if choices is not None and value not in choices:
+    raise ValueError(f"{SETTINGS[name].env}={value!r} is not one of {list(choices)}")
+  return value
+
+
+def update(name: str, value) -> None:
+  """Set a setting for this process, like `jax.config.update`. `jax_*` names are passed to JAX."""
+  if name.startswith("jax_"):
+    jax.config.update(name, value)
+    return
+  _overrides[name] = _check(name, str(value))
+
+
+def validated(name: str) -> str:
+  """`get`, with the value checked against the setting's choices (a bad environment variable raises here)."""
+  return _check(name, get(name))
+
+
+@contextlib.contextmanager
+def default_device(device):
+  """Run the enclosed code's flushes on `device` (a device string or an object from `tinyjax.devices()`)."""
+  token = _device_stack.set(_device_stack.get() + (str(getattr(device, "name", device)),))
+  try:
+    yield
+  finally:
+    _device_stack.reset(token)

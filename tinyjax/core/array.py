@@ -1,0 +1,277 @@
+"""`tinyjax.Array`: jax.Array's surface over a lazy Value.
+
+Shape, dtype and weak type are known at once (from the traced aval); reading the data (`__array__`, repr,
+`item`, `__bool__`, `block_until_ready`) flushes the buffer. Operators and methods go through the
+tinyjax.numpy mirror, i.e. through JAX's own implementations, so promotion and errors are JAX's.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tinyjax.core import tracing
+
+
+def _jax_method(name):
+  """A tracing-friendly function applying jax.Array's method `name` (self first)."""
+  return functools.partial(_apply_method, name)
+
+
+def _apply_method(name, x, *args, **kwargs):
+  return getattr(x, name)(*args, **kwargs)
+
+
+def _getitem(x, index):
+  return x[index]
+
+
+def _operator(name):
+  method = f"__{name}__"
+  # NB: an integer exponent stays static, so that x ** 2 is integer_pow as in JAX, not a traced pow loop
+  static_scalars = name in ("pow", "rpow")
+
+  def op(self, other):
+    if not _is_operand(other):
+      return NotImplemented
+    return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
+  op.__name__ = method
+  return op
+
+
+def _is_operand(x) -> bool:
+  return isinstance(x, (Array, np.ndarray, np.generic, jax.Array, int, float, complex, bool, list, tuple))
+
+
+_BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "divmod", "lshift", "rshift",
+           "and", "or", "xor", "lt", "le", "gt", "ge", "eq", "ne"]
+_REFLECTED = ["radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rmatmul", "rdivmod", "rlshift",
+              "rrshift", "rand", "ror", "rxor"]
+_UNARY = ["neg", "pos", "abs", "invert", "round"]
+_METHODS = ["all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "choose", "clip", "compress",
+            "conj", "conjugate", "cumprod", "cumsum", "diagonal", "dot", "flatten", "max", "mean", "min", "nonzero",
+            "prod", "ptp", "ravel", "repeat", "reshape", "round", "searchsorted", "sort", "squeeze", "std", "sum",
+            "swapaxes", "take", "trace", "transpose", "var", "view", "to_device"]
+_PROPERTIES = ["T", "mT", "real", "imag"]
+
+
+class Array:
+  """A lazy array on a tinyjax backend (tinygrad by default), with jax.Array's interface."""
+  __slots__ = ("_value", "__weakref__")
+  __array_priority__ = 100  # NumPy defers binary operators to us
+
+  def __init__(self, value):
+    self._value = value
+
+  # --- what is known without running anything
+  @property
+  def aval(self):
+    return self._value.aval
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: len(self.aval.shape))
+  size = property(lambda self: int(np.prod(self.aval.shape, dtype=np.int64)))
+  weak_type = property(lambda self: self.aval.weak_type)
+  itemsize = property(lambda self: self.dtype.itemsize)
+  nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+  @property
+  def device(self):
+    from tinyjax.backends.base import current_backend
+    backend = next(iter(self._value.buffers), None) or current_backend()
+    return backend.device
+
+  @property
+  def sharding(self):
+    return jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # NB: tinyjax has no sharding
+
+  # --- reading the data
+  def block_until_ready(self):
+    if self._value.pending:
+      from tinyjax.core import buffer
+      buffer.flush((self._value,))
+    return self
+
+  def __array__(self, dtype=None, copy=None):
+    host = self._value.to_host()
+    if copy is False and dtype is not None and np.dtype(dtype) != host.dtype:
+      raise ValueError("converting the dtype of a tinyjax.Array needs a copy (copy=False was given)")
+    return np.array(host, dtype=dtype, copy=True) if copy or dtype is not None else host.view()
+
+  def __dlpack__(self, *args, **kwargs):
+    return np.asarray(self).__dlpack__(*args, **kwargs)
+
+  def __dlpack_device__(self):
+    return (1, 0)  # NB: exported through the host (kDLCPU), whatever device computed it
+
+  def __array_namespace__(self, api_version=None):
+    import tinyjax.numpy
+    return tinyjax.numpy
+
+  def __jax_array__(self):
+    return tracing.to_jax(self)
+
+  def item(self, *args):
+    return np.asarray(self).item(*args)
+
+  def tolist(self):
+    return np.asarray(self).tolist()
+
+  def __float__(self):
+    return self._scalar(float)
+
+  def __int__(self):
+    return self._scalar(int)
+
+  def __complex__(self):
+    return self._scalar(complex)
+
+  def __index__(self):
+    if not jnp.issubdtype(self.dtype, jnp.integer):
+      raise TypeError(f"only integer scalar arrays can be converted to a scalar index, not {self.dtype}")
+    return self._scalar(int)
+
+  def __bool__(self):
+    return self._scalar(bool)
+
+  def _scalar(self, kind):
+    if self.size != 1:
+      if kind is bool:
+        raise ValueError("The truth value of an array with more than one element is ambiguous. "
+                         "Use a.any() or a.all()")
+      raise TypeError(f"only length-1 arrays can be converted to Python scalars, not shape {self.shape}")
+    return kind(np.asarray(self).reshape(()))
+
+  def __len__(self):
+    if self.ndim == 0:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
+
+  def __iter__(self):
+    if self.ndim == 0:
+      raise TypeError("iteration over a 0-d array")
+    return iter(tracing.call(_unstack, (self,)))
+
+  def __hash__(self):
+    raise TypeError(f"unhashable type: '{type(self).__name__}'")
+
+  def __repr__(self):
+    prefix = "Array("
+    dtype_str = f"dtype={self.dtype.name}" + (", weak_type=True)" if self.weak_type else ")")
+    if self.size == 0:
+      body = f"[], shape={self.shape}"
+    else:
+      body = np.array2string(np.asarray(self), prefix=prefix, suffix=",", separator=", ",
+                             max_line_width=np.get_printoptions()["linewidth"])
+    last_line = len(body) - body.rfind("\n") + 1
+    sep = " " * len(prefix) if last_line + len(dtype_str) + 1 > np.get_printoptions()["linewidth"] else " "
+    if "\n" in body and sep != " ":
+      sep = "\n" + sep
+    return f"{prefix}{body},{sep}{dtype_str}"
+
+  def __str__(self):
+    return str(np.asarray(self))
+
+  def __format__(self, spec):
+    return format(np.asarray(self).item(), spec) if self.ndim == 0 else format(str(self), spec)
+
+  def __reduce__(self):
+    return (_from_host, (np.asarray(self), self.weak_type))
+
+  def copy(self):
+    return self
+
+  def __copy__(self):
+    return self
+
+  def __deepcopy__(self, memo):
+    return self
+
+  # --- indexing
+  def __getitem__(self, index):
+    return tracing.call(_getitem, (self, index))
+
+  def __setitem__(self, index, value):
+    raise TypeError("JAX arrays are immutable and do not support in-place item assignment. Instead of "
+                    "x[idx] = y, use x = x.at[idx].set(y)")
+
+  @property
+  def at(self):
+    return _IndexUpdateHelper(self)
+
+
+def _unstack(x):
+  return tuple(x[i] for i in range(x.shape[0]))
+
+
+def _from_host(host, weak_type):
+  from tinyjax.core.buffer import Value
+  return Array(Value(jax.core.ShapedArray(host.shape, host.dtype, weak_type=weak_type), host=host))
+
+
+for _name in _BINARY + _REFLECTED:
+  setattr(Array, f"__{_name}__", _operator(_name))
+for _name in _UNARY:
+  setattr(Array, f"__{_name}__", lambda self, *a, _m=f"__{_name}__": tracing.call(_apply_method, (_m, self, *a)))
+for _name in _METHODS:
+  setattr(Array, _name, lambda self, *a, _m=_name, **k: tracing.call(_apply_method, (_m, self, *a), k))
+for _name in _PROPERTIES:
+  setattr(Array, _name, property(lambda self, _m=_name: tracing.call(getattr, (self, _m))))
+
+
+def _update(x, index, method, values, kwargs):
+  ref = x.at[index]
+  return getattr(ref, method)(*values, **kwargs)
+
+
+class _IndexUpdateRef:
+  __slots__ = ("array", "index")
+
+  def __init__(self, array, index):
+    self.array, self.index = array, index
+
+  def _apply(self, method, *values, **kwargs):
+    return tracing.call(_update, (self.array, self.index, method, values, kwargs))
+
+  def get(self, **kwargs):
+    return self._apply("get", **kwargs)
+
+  def set(self, values, **kwargs):
+    return self._apply("set", values, **kwargs)
+
+  def add(self, values, **kwargs):
+    return self._apply("add", values, **kwargs)
+
+  def subtract(self, values, **kwargs):
+    return self._apply("subtract", values, **kwargs)
+
+  def multiply(self, values, **kwargs):
+    return self._apply("multiply", values, **kwargs)
+
+  mul = multiply
+
+  def divide(self, values, **kwargs):
+    return self._apply("divide", values, **kwargs)
+
+  def power(self, values, **kwargs):
+    return self._apply("power", values, **kwargs)
+
+  def min(self, values, **kwargs):
+    return self._apply("min", values, **kwargs)
+
+  def max(self, values, **kwargs):
+    return self._apply("max", values, **kwargs)
+
+  def apply(self, func, **kwargs):
+    return self._apply("apply", func, **kwargs)
+
+
+class _IndexUpdateHelper:
+  __slots__ = ("array",)
+
+  def __init__(self, array):
+    self.array = array
+
+  def __getitem__(self, index):
+    return _IndexUpdateRef(self.array, index)

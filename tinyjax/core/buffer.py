@@ -1,0 +1,171 @@
+"""The pending buffer: traced calls waiting to run, and the flush that runs them as one program.
+
+A `Value` is either concrete (a buffer on one or more backends, or a host array) or pending (output `index`
+of a `Node`, one traced call). Arrays hold Values; the buffer holds weak references to the Arrays whose Values
+are pending, so a value nobody can read any more is never computed, and a flush runs only what live Arrays
+need, all together, so that tinygrad fuses it into few kernels.
+
+Compiled programs are cached by the flushed structure (which traced jaxprs, wired how), so a Python loop of
+eager operations compiles once and replays after that.
+"""
+import collections
+import threading
+import weakref
+
+import numpy as np
+from jax.extend.core import Literal
+
+from tinyjax import config, report
+from tinyjax.core.program import Builder
+
+
+class Value:
+  __slots__ = ("aval", "node", "index", "buffers", "host")
+
+  def __init__(self, aval, node=None, index=0, host=None):
+    self.aval, self.node, self.index = aval, node, index
+    self.buffers: dict = {}  # backend -> that backend's buffer
+    self.host = host  # a NumPy array, when the value came from the host and has not been needed yet
+
+  @property
+  def pending(self) -> bool:
+    return self.node is not None
+
+  def buffer_on(self, backend):
+    """This value's buffer on `backend`, transferring it (through the host) if it lives elsewhere."""
+    if (buffer := self.buffers.get(backend)) is None:
+      buffer = self.buffers[backend] = backend.put(self.to_host())
+    return buffer
+
+  def to_host(self) -> np.ndarray:
+    if self.node is not None:
+      flush((self,))
+    if self.host is None:
+      backend, buffer = next(iter(self.buffers.items()))
+      self.host = backend.get(buffer)
+    return self.host
+
+
+class Node:
+  """One traced call in the buffer: its ClosedJaxpr, its input Values and the user's line that made it."""
+  __slots__ = ("traced", "inputs", "serial", "source")
+  _serials = iter(range(1 << 62))
+
+  def __init__(self, traced, inputs, source):
+    self.traced, self.inputs, self.source = traced, inputs, source
+    self.serial = next(Node._serials)
+
+
+class _ThreadBuffer(threading.local):
+  def __init__(self):
+    self.pending: list[weakref.ref] = []  # Arrays whose values are pending
+    self.n_eqns = 0
+
+
+_buffer = _ThreadBuffer()
+_flush_lock = threading.RLock()  # NB: flushes are serialised; tinygrad's scheduler is not thread-safe.
+_programs: collections.OrderedDict = collections.OrderedDict()
+_PROGRAM_CACHE_SIZE = 512
+
+
+def append(traced, inputs: list[Value], source: str) -> list[Value]:
+  """Add a traced call to the buffer; returns its output Values (pending unless known without running)."""
+  node = None
+  outs = []
+  jaxpr = traced.jaxpr.jaxpr
+  invars, constvars = jaxpr.invars, jaxpr.constvars
+  for index, var in enumerate(jaxpr.outvars):
+    if isinstance(var, Literal):  # a constant result: known now
+      outs.append(Value(var.aval, host=np.asarray(var.val, var.aval.dtype)))
+    elif var in constvars:
+      outs.append(Value(var.aval, host=np.asarray(traced.jaxpr.consts[constvars.index(var)])))
+    elif var in invars:  # the call returned one of its inputs unchanged
+      outs.append(inputs[invars.index(var)])
+    else:
+      node = node or Node(traced, inputs, source)
+      outs.append(Value(var.aval, node, index))
+  if node is not None:
+    _buffer.n_eqns += len(jaxpr.eqns)
+  return outs
+
+
+def track(array) -> None:
+  """Register an Array whose value is pending; flush when the buffer grows past its bound."""
+  _buffer.pending.append(weakref.ref(array))
+  if _buffer.n_eqns > int(config.get("buffer_limit")):
+    flush()
+
+
+def flush(extra=()) -> None:
+  """Run every pending value that a live Array (or `extra`) can still read, as one program."""
+  from tinyjax.backends.base import current_backend
+  with _flush_lock:
+    arrays = [a for r in _buffer.pending if (a := r()) is not None]
+    _buffer.pending.clear()
+    _buffer.n_eqns = 0
+    values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
+    if values:
+      try:
+        run(values, current_backend())
+      except BaseException:
+        _buffer.pending.extend(weakref.ref(a) for a in arrays if a._value.node is not None)
+        raise
+
+
+def _collect(values):
+  """The nodes the values need, in the order they were traced."""
+  nodes, stack = {}, [v.node for v in values]
+  while stack:
+    node = stack.pop()
+    if node.serial not in nodes:
+      nodes[node.serial] = node
+      stack.extend(v.node for v in node.inputs if v.node is not None)
+  return [nodes[s] for s in sorted(nodes)]
+
+
+def run(values: list[Value], backend) -> None:
+  nodes = _collect(values)
+  position = {node.serial: i for i, node in enumerate(nodes)}
+  inputs: dict[int, int] = {}  # id(value) -> input position
+  input_values: list[Value] = []
+  wiring = []
+  for node in nodes:
+    refs = []
+    for v in node.inputs:
+      if v.node is not None:
+        refs.append((position[v.node.serial], v.index))
+      else:
+        if id(v) not in inputs:
+          inputs[id(v)] = len(input_values)
+          input_values.append(v)
+        refs.append(-1 - inputs[id(v)])
+    wiring.append((node.traced.serial, tuple(refs)))
+  outs = tuple((position[v.node.serial], v.index) for v in values)
+  key = (backend, tuple(wiring), outs)
+  compiled = _programs.get(key)
+  if compiled is None:
+    program = _build(nodes, wiring, input_values, outs)
+    compiled = _programs[key] = backend.compile(program)
+    report.record_compile()
+    if config.get("log_compiles") == "1":
+      print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
+            f"(first seen: {len(nodes)} calls, from {nodes[-1].source})")
+    if len(_programs) > _PROGRAM_CACHE_SIZE:
+      _programs.popitem(last=False)
+  else:
+    _programs.move_to_end(key)
+  results = compiled.run([v.buffer_on(backend) for v in input_values])
+  report.record_run(compiled)
+  for value, result in zip(values, results, strict=True):
+    value.buffers = {backend: result}
+    value.node = value.host = None
+
+
+def _build(nodes, wiring, inputs, outs):
+  builder = Builder([v.aval for v in inputs])
+  slots = {}
+  for i, (node, (_, refs)) in enumerate(zip(nodes, wiring)):
+    args = [slots[r] if isinstance(r, tuple) else -1 - r for r in refs]
+    results = builder.inline(node.traced.jaxpr.jaxpr, node.traced.jaxpr.consts, args, node.source)
+    slots.update(((i, j), atom) for j, atom in enumerate(results))
+  return builder.build([slots[o] for o in outs])

@@ -1,0 +1,204 @@
+"""Calls of JAX functions on tinyjax inputs: trace once on abstract values, append to the buffer, return lazy Arrays.
+
+`call(fn, args, kwargs)` is the single entry point every mirrored function goes through:
+- inputs given as JAX tracers mean we are inside a JAX transformation: defer to `fn` itself;
+- otherwise the call is traced with `jax.make_jaxpr` on the inputs' avals (cached by function, avals and static
+  arguments) and its equations appended to the pending buffer;
+- top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
+  when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
+- functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays.
+"""
+import dataclasses
+import functools
+import itertools
+import os
+import sys
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.extend.core import ClosedJaxpr
+
+from tinyjax import config
+from tinyjax.backends.base import check_fallback, current_backend
+from tinyjax.core import buffer
+from tinyjax.core.buffer import Value
+from tinyjax.core.program import program_of
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_VALUE_DEPENDENT = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
+                    jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
+_serials = itertools.count()
+_traces: dict = {}
+_static_scalar_calls: set = set()  # call signatures that need their Python scalars as static values
+_TRACE_CACHE_SIZE = 4096
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Traced:
+  jaxpr: ClosedJaxpr
+  out_tree: Any
+  serial: int
+
+  @functools.cached_property
+  def program(self):
+    """The jaxpr flattened (calls inlined), to check which equations the backend runs natively."""
+    return program_of(self.jaxpr)
+
+
+class Scalar:
+  """A top-level Python scalar argument, kept a pytree leaf so it can be traced as a weak-typed input."""
+  __slots__ = ("value",)
+
+  def __init__(self, value):
+    self.value = value
+
+
+def is_array(x) -> bool:
+  from tinyjax.core.array import Array
+  return isinstance(x, Array)
+
+
+def _is_leaf(x) -> bool:
+  return is_array(x) or isinstance(x, Scalar)
+
+
+def user_source() -> str:
+  """file:line of the innermost caller outside tinyjax (where the user's value was made)."""
+  frame = sys._getframe(1)
+  while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    frame = frame.f_back
+  return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
+
+
+def _host_aval(x):
+  dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+  return jax.core.ShapedArray(np.shape(x), dtype)
+
+
+@functools.cache
+def _scalar_dtype(kind: type, x64: bool):
+  return jax.dtypes.canonicalize_dtype({int: np.int64, float: np.float64, complex: np.complex128}[kind])
+
+
+def _static_key(x):
+  if isinstance(x, float):
+    return (float, x.hex())  # NB: -0.0 == 0.0 and NaN != NaN; the bits are the key
+  if isinstance(x, complex):
+    return (complex, x.real.hex(), x.imag.hex())
+  if isinstance(x, slice):
+    return (slice, _static_key(x.start), _static_key(x.stop), _static_key(x.step))
+  hash(x)  # unhashable statics raise TypeError here: such calls are traced without caching
+  return (type(x), x)
+
+
+def _input_value(leaf, aval) -> Value:
+  if is_array(leaf):
+    return leaf._value
+  if isinstance(leaf, Scalar):
+    return Value(aval, host=np.asarray(leaf.value, aval.dtype))
+  return Value(aval, host=np.asarray(leaf, aval.dtype))
+
+
+def _trace(fn, treedef, leaves, scalars_dynamic: bool):
+  """The Traced call and the positions of its dynamic leaves."""
+  dynamic, avals, statics = [], [], []
+  for i, leaf in enumerate(leaves):
+    if is_array(leaf):
+      aval = leaf.aval
+    elif isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
+      aval = _host_aval(leaf)
+    elif isinstance(leaf, Scalar) and scalars_dynamic:
+      aval = jax.core.ShapedArray((), _scalar_dtype(type(leaf.value), jax.config.jax_enable_x64), weak_type=True)
+    else:
+      statics.append(leaf.value if isinstance(leaf, Scalar) else leaf)
+      continue
+    dynamic.append(i)
+    avals.append(aval)
+  try:
+    key = (fn, treedef, tuple(avals), tuple(map(_static_key, statics)), tuple(dynamic), jax.config.jax_enable_x64)
+  except TypeError:
+    key = None
+  if key is not None and (traced := _traces.get(key)) is not None:
+    return traced, dynamic, avals
+
+  def flat_fn(*dynamic_leaves):
+    full = list(leaves)
+    for i, x in zip(dynamic, dynamic_leaves):
+      full[i] = x
+    full = [x.value if isinstance(x, Scalar) else x for x in full]
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, full)
+    return fn(*args, **kwargs)
+
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
+  closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
+  traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials))
+  if key is not None:
+    if len(_traces) >= _TRACE_CACHE_SIZE:
+      _traces.pop(next(iter(_traces)))
+    _traces[key] = traced
+  return traced, dynamic, avals
+
+
+def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
+  """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
+  from tinyjax.core.array import Array
+  kwargs = kwargs or {}
+  if not static_scalars:
+    args = tuple(Scalar(a) if type(a) in (int, float, complex) else a for a in args)
+  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
+  if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+    return _defer(fn, treedef, leaves)
+  has_scalars = any(isinstance(x, Scalar) for x in leaves)
+  # the call's identity apart from its arrays and scalars (e.g. which method `_apply_method` applies)
+  signature = (fn, treedef, tuple(x for x in leaves if isinstance(x, str))) if has_scalars else None
+  scalars_dynamic = has_scalars and signature not in _static_scalar_calls
+  try:
+    traced, dynamic, avals = _trace(fn, treedef, leaves, scalars_dynamic)
+  except Exception as error:
+    if not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)):
+      raise
+    traced = None
+  if traced is None:  # outside the except block, so that a later error is not chained to this one
+    if scalars_dynamic:
+      _static_scalar_calls.add(signature)
+      return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
+    return _eager(fn, treedef, leaves)
+  source = user_source()
+  if config.get("fallback") != "xla":
+    check_fallback(current_backend(), traced.program.eqns, source)
+  inputs = [_input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
+  outs = [Array(v) for v in buffer.append(traced, inputs, source)]
+  for out in outs:
+    if out._value.pending:
+      buffer.track(out)
+  return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def to_jax(x):
+  """A tinyjax Array (or anything else) as JAX sees it: Arrays become concrete jax.Arrays."""
+  if not is_array(x):
+    return x.value if isinstance(x, Scalar) else x
+  host = x._value.to_host()
+  if x.weak_type and x.ndim == 0:
+    return jax.numpy.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
+  return jax.device_put(host)
+
+
+def _defer(fn, treedef, leaves):
+  args, kwargs = jax.tree_util.tree_unflatten(treedef, [to_jax(x) for x in leaves])
+  return fn(*args, **kwargs)
+
+
+def _eager(fn, treedef, leaves):
+  """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back."""
+  from tinyjax.core.array import Array
+  from tinyjax import report
+  report.record_eager(getattr(fn, "__name__", repr(fn)))
+  result = _defer(fn, treedef, leaves)
+
+  def wrap(x):
+    if not isinstance(x, jax.Array):
+      return x
+    return Array(Value(jax.typeof(x), host=np.asarray(x)))
+  return jax.tree_util.tree_map(wrap, result)

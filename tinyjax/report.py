@@ -1,0 +1,99 @@
+"""What ran where: primitives per backend, segments, bytes that crossed between backends, eager JAX calls.
+
+`tinyjax.report()` covers the whole process; `tinyjax.explain(f)(*args)` covers one call of `f`.
+"""
+import collections
+import contextlib
+import dataclasses
+import functools
+
+import jax
+
+
+@dataclasses.dataclass
+class Report:
+  primitives: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (backend, prim)
+  segments: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # backend -> count
+  bytes_crossed: int = 0
+  flushes: int = 0
+  compiles: int = 0
+  eager: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fn -> calls
+
+  @property
+  def fallback_primitives(self) -> dict[str, int]:
+    return {p: n for (b, p), n in self.primitives.items() if b == "xla"}
+
+  def __str__(self):
+    lines = [f"tinyjax report: {self.flushes} flushes, {self.compiles} programs compiled, "
+             f"{sum(self.segments.values())} segments "
+             f"({', '.join(f'{n} {b}' for b, n in sorted(self.segments.items())) or 'none'}), "
+             f"{self.bytes_crossed} bytes crossed between backends"]
+    backends = sorted({b for b, _ in self.primitives})
+    if backends:
+      width = max(len(p) for _, p in self.primitives) + 2
+      lines.append("  " + "primitive".ljust(width) + "".join(b.rjust(10) for b in backends))
+      for prim in sorted({p for _, p in self.primitives}):
+        lines.append("  " + prim.ljust(width) + "".join(str(self.primitives[b, prim]).rjust(10) for b in backends))
+    if self.eager:
+      lines.append("run eagerly by JAX (they need concrete values): "
+                   + ", ".join(f"{fn} x{n}" for fn, n in sorted(self.eager.items())))
+    return "\n".join(lines)
+
+
+_process = Report()
+_scopes: list[Report] = []
+
+
+def _reports():
+  return [_process, *_scopes]
+
+
+def record_run(compiled) -> None:
+  for report in _reports():
+    report.flushes += 1
+    report.primitives.update(compiled.counts)
+    report.segments.update(compiled.segments)
+    report.bytes_crossed += compiled.bytes_crossed
+
+
+def record_compile() -> None:
+  for report in _reports():
+    report.compiles += 1
+
+
+def record_eager(name: str) -> None:
+  for report in _reports():
+    report.eager[name] += 1
+
+
+def report() -> Report:
+  """What ran where since the process started (or since `reset()`)."""
+  return _process
+
+
+def reset() -> None:
+  global _process
+  _process = Report()
+
+
+@contextlib.contextmanager
+def collecting():
+  scope = Report()
+  _scopes.append(scope)
+  try:
+    yield scope
+  finally:
+    _scopes.remove(scope)
+
+
+def explain(fn):
+  """`explain(f)(*args)` runs f, waits for its results and returns the Report of what that call ran where."""
+  @functools.wraps(fn)
+  def explained(*args, **kwargs):
+    from tinyjax.core.buffer import flush
+    with collecting() as scope:
+      out = fn(*args, **kwargs)
+      flush()
+      jax.tree_util.tree_map(lambda x: x.block_until_ready() if hasattr(x, "block_until_ready") else x, out)
+    return scope
+  return explained
