@@ -114,8 +114,7 @@ class TinygradBackend(Backend):
       outs = read_outputs(program, env, self.const)
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) else t.contiguous() for a, t in zip(program.outputs, outs)]
-      _realize(outs)
-      return outs
+      return _realize(outs)
 
     jittable = (len(segments) == 1 and segments[0].native and not _uses_host_sync(program.eqns))
     counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
@@ -133,11 +132,19 @@ class TinygradBackend(Backend):
     return step
 
 
-def _realize(outs):
+def _realize(outs: list) -> list:
+  """Realize the outputs together; each becomes a device buffer (or a view of one)."""
   from tinygrad import Tensor
-  pending = [t for t in outs if not t.uop.is_realized]
-  if pending:
+  from tinygrad.uop.ops import Ops
+  if pending := [t for t in outs if not t.uop.is_realized]:
     Tensor.realize(*pending)
+  # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer; a Value needs a buffer
+  if folded := [i for i, t in enumerate(outs) if t.uop.base.op is not Ops.BUFFER]:
+    outs = list(outs)
+    for i in folded:
+      outs[i] = outs[i].clone()
+    Tensor.realize(*(outs[i] for i in folded))
+  return outs
 
 
 @functools.lru_cache(maxsize=1024)

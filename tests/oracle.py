@@ -1,0 +1,84 @@
+"""JAX is the oracle: helpers that run the same code on jax.numpy (XLA) and on tinyjax, and compare.
+
+Every comparison checks the tree structure, then per leaf the shape, the dtype, the weak type and the values:
+integers and booleans exactly, floats within a tolerance by dtype, with NaN where JAX has NaN, infinities
+exactly, and the sign of zeros.
+"""
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tinyjax
+import tinyjax.lax
+import tinyjax.numpy as tnp
+
+# Relative tolerance by dtype: tinygrad's transcendental functions differ from XLA's by a few ulp.
+RTOL = {np.dtype(np.float16): 2e-3, np.dtype(jnp.bfloat16): 2e-2, np.dtype(np.float32): 2e-6,
+        np.dtype(np.float64): 1e-12, np.dtype(np.complex64): 2e-6, np.dtype(np.complex128): 1e-12}
+
+
+@contextlib.contextmanager
+def native():
+  """Inside, any equation that would fall back to XLA raises tinyjax.FallbackError at the call."""
+  previous = tinyjax.config._overrides.get("fallback")
+  tinyjax.config.update("fallback", "error")
+  try:
+    yield
+  finally:
+    if previous is None:
+      tinyjax.config._overrides.pop("fallback", None)
+    else:
+      tinyjax.config.update("fallback", previous)
+
+
+def assert_like_jax(actual, expected, rtol=None, atol=None):
+  """`actual` (tinyjax results) matches `expected` (JAX results) leaf by leaf."""
+  a_leaves, a_tree = jax.tree_util.tree_flatten(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array))
+  e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
+  assert a_tree == e_tree, f"tree {a_tree} != {e_tree}"
+  for a, e in zip(a_leaves, e_leaves):
+    if not isinstance(e, jax.Array):
+      assert not isinstance(a, tinyjax.Array) and a == e, f"{a!r} != {e!r}"
+      continue
+    assert isinstance(a, tinyjax.Array), f"expected a tinyjax.Array, got {type(a)}"
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
+    assert a.dtype == e.dtype, f"dtype {a.dtype} != {e.dtype}"
+    assert a.weak_type == e.aval.weak_type, f"weak_type {a.weak_type} != {e.aval.weak_type}"
+    assert_values(np.asarray(a), np.asarray(e), rtol, atol)
+
+
+def assert_values(a: np.ndarray, e: np.ndarray, rtol=None, atol=None):
+  if not jnp.issubdtype(e.dtype, jnp.inexact):
+    np.testing.assert_array_equal(a, e)
+    return
+  a64, e64 = a.astype(np.complex128 if jnp.iscomplexobj(e) else np.float64), e.astype(np.complex128 if jnp.iscomplexobj(e) else np.float64)
+  rtol = RTOL.get(np.dtype(e.dtype), 1e-6) if rtol is None else rtol
+  atol = 0.0 if atol is None else atol
+  np.testing.assert_array_equal(np.isnan(a64), np.isnan(e64), err_msg="NaN positions differ")
+  np.testing.assert_array_equal(np.isinf(a64) & (a64 == e64), np.isinf(e64), err_msg="infinities differ")
+  np.testing.assert_allclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
+  if not jnp.iscomplexobj(e) and atol == 0.0:
+    zeros = e64 == 0
+    np.testing.assert_array_equal(np.signbit(a64[zeros]), np.signbit(e64[zeros]), err_msg="signs of zeros differ")
+
+
+def check(fn, *args, native_only=True, rtol=None, atol=None, **kwargs):
+  """fn(namespace, *args, **kwargs) on jax.numpy and on tinyjax.numpy; with native_only, nothing may fall back."""
+  expected = fn(jnp, *args, **kwargs)
+  with native() if native_only else contextlib.nullcontext():
+    actual = fn(tnp, *args, **kwargs)
+    tinyjax.flush()
+  assert_like_jax(actual, expected, rtol, atol)
+  return actual
+
+
+def check_lax(name, *args, native_only=True, rtol=None, atol=None, **params):
+  """jax.lax.<name>(*args, **params) against tinyjax.lax.<name>; with native_only, nothing may fall back."""
+  expected = getattr(jax.lax, name)(*args, **params)
+  with native() if native_only else contextlib.nullcontext():
+    actual = getattr(tinyjax.lax, name)(*args, **params)
+    tinyjax.flush()
+  assert_like_jax(actual, expected, rtol, atol)
+  return actual
