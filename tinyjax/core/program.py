@@ -11,7 +11,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
 # The call primitives inlined by `flatten`, and the parameter that holds the called jaxpr.
-CALL_PARAMS = {"jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+CALL_PARAMS = {"jit": "jaxpr", "closed_call": "call_jaxpr", "call": "call_jaxpr",
                "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "remat2": "jaxpr"}
 
 

@@ -1,0 +1,25 @@
+"""The primitives tinygrad does not run natively yet, each with the reason. They run on XLA (TINYJAX_FALLBACK).
+
+The coverage test checks that every primitive of jax.extend.core.primitives is in exactly one of: the rule table,
+the call primitives the program builder inlines, or this table.
+"""
+_COLLECTIVE = "a collective across devices: tinyjax runs programs on one device"
+_COMPLEX = "complex dtypes: tinygrad has none"
+_LAPACK = "a LAPACK-style decomposition with no tinygrad formulation yet"
+_EFFECT = "an effect or state primitive (tokens, refs): not an array computation"
+_ISSUE3 = "not native yet (indexing, sorting, control flow, random bits and linear algebra come next)"
+
+NOT_YET_NATIVE: dict[str, str] = {
+  # multi-device
+  "all_gather": _COLLECTIVE, "all_to_all": _COLLECTIVE, "axis_index": _COLLECTIVE, "pmax": _COLLECTIVE,
+  "pmin": _COLLECTIVE, "ppermute": _COLLECTIVE, "psum": _COLLECTIVE, "ragged_all_to_all": _COLLECTIVE,
+  # complex numbers and what produces them
+  "complex": _COMPLEX, "conj": _COMPLEX, "real": _COMPLEX, "imag": _COMPLEX, "fft": _COMPLEX + " (and no FFT)",
+  # decompositions
+  "eig": _LAPACK, "eigh": _LAPACK, "svd": _LAPACK, "qr": _LAPACK, "schur": _LAPACK, "hessenberg": _LAPACK,
+  "householder_product": _LAPACK, "tridiagonal": _LAPACK, "tridiagonal_solve": _LAPACK,
+  # effects and state
+  "after_all": _EFFECT, "create_token": _EFFECT, "get": _EFFECT, "swap": _EFFECT, "name": _EFFECT,
+  "device_put": "a transfer between devices: tinyjax moves data itself", "sharding_constraint": _COLLECTIVE,
+  "empty2": _EFFECT,
+}
