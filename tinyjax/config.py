@@ -73,3 +73,18 @@ def default_device(device):
     yield
   finally:
     _device_stack.reset(token)
+
+
+def markdown() -> str:
+  """docs/settings.md, generated from SETTINGS."""
+  lines = ["# Settings", "",
+           "Generated from `tinyjax.config.SETTINGS`. Each is read when first needed (never at import): the value",
+           "given to `tinyjax.config.update(name, value)` wins, then the environment variable, then the default.",
+           "`tinyjax.default_device(d)` overrides `device` inside a `with` block. Names starting with `jax_` go to",
+           "`jax.config.update` (e.g. `jax_enable_x64`, also honoured from `JAX_ENABLE_X64`). tinygrad's own",
+           "variables (`DEV`, `DEBUG`, `BEAM`, `JIT`, `CACHEDB`) are passed through untouched.", "",
+           "| name | variable | default | choices | what it does |", "|---|---|---|---|---|"]
+  for name, s in SETTINGS.items():
+    choices = " \\| ".join(s.choices) if s.choices else "any"
+    lines.append(f"| `{name}` | `{s.env}` | `{s.default}` | {choices} | {s.doc} |")
+  return "\n".join(lines) + "\n"

@@ -71,7 +71,11 @@ _lock = threading.Lock()
 
 def current_backend() -> Backend:
   """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device)."""
-  key = (config.validated("backend"), config.get("device"))
+  return backend_for(config.validated("backend"), config.get("device"))
+
+
+def backend_for(name: str, device: str) -> Backend:
+  key = (name, device)
   backend = _backends.get(key)
   if backend is None:
     with _lock:

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Run an example on the default tinygrad backend, with the report of what ran where.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+exec .venv/bin/tinyjax run "${1:-examples/quickstart.py}" --report

@@ -1,0 +1,45 @@
+"""device_put / device_get, as in JAX."""
+import jax
+import numpy as np
+
+from tinyjax.backends.base import Device, backend_for, current_backend
+from tinyjax.core.array import Array
+from tinyjax.core.buffer import Value
+from tinyjax.core.tracing import _host_aval
+
+
+def _is_array_like(x) -> bool:
+  return isinstance(x, (Array, np.ndarray, np.generic, jax.Array, int, float, complex, bool))
+
+
+def device_put(x, device=None):
+  """Put `x` (a pytree of arrays) on `device` (a tinyjax Device or a device string; the default device if None).
+
+  NB: computations still run on the backend in effect when they flush; the data is moved there if needed.
+  """
+  if device is None:
+    backend = current_backend()
+  elif isinstance(device, Device):
+    backend = backend_for(device.platform, device.name)
+  else:
+    backend = backend_for(current_backend().name, str(device))
+
+  def put(leaf):
+    if isinstance(leaf, Array):
+      value = leaf._value
+    else:
+      host = np.asarray(leaf)
+      aval = _host_aval(host)
+      weak = type(leaf) in (int, float, complex)
+      value = Value(aval.update(weak_type=weak), host=host.astype(aval.dtype))
+    placed = Value(value.aval, host=value.to_host())
+    placed.buffer_on(backend)
+    placed.buffers = {backend: placed.buffers[backend]}
+    return Array(placed)
+  return jax.tree_util.tree_map(put, x, is_leaf=_is_array_like)
+
+
+def device_get(x):
+  """The host (NumPy) values of a pytree of Arrays."""
+  return jax.tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, Array) else a, x,
+                                is_leaf=lambda a: isinstance(a, Array))
