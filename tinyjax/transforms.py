@@ -1,0 +1,125 @@
+"""JAX's transformations, run on the tinyjax backend: JAX transforms the function, tinyjax runs the result.
+
+Each transformed function is traced once per input avals (like every tinyjax call) and its jaxpr goes through the
+pending buffer, so `grad(jit(f))`, `jit(vmap(grad(f)))` and the like compose in any order, with each other and with
+JAX's own transformations (inside which tinyjax.numpy defers to jax.numpy).
+"""
+import functools
+
+import jax
+
+from tinyjax.core import buffer, tracing
+from tinyjax.core.array import Array
+
+
+def _lazy_transform(jax_transform):
+  """tinyjax's version of a JAX transformation of the form transform(fun, ...) -> function."""
+  @functools.wraps(jax_transform)
+  def transform(fun, *transform_args, **transform_kwargs):
+    transformed = jax_transform(fun, *transform_args, **transform_kwargs)
+
+    @functools.wraps(fun)
+    def run(*args, **kwargs):
+      return tracing.call(transformed, args, kwargs)
+    return run
+  return transform
+
+
+grad = _lazy_transform(jax.grad)
+value_and_grad = _lazy_transform(jax.value_and_grad)
+vmap = _lazy_transform(jax.vmap)
+jacfwd = _lazy_transform(jax.jacfwd)
+jacrev = _lazy_transform(jax.jacrev)
+jacobian = _lazy_transform(jax.jacobian)
+hessian = _lazy_transform(jax.hessian)
+checkpoint = remat = _lazy_transform(jax.checkpoint)
+
+
+def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None, **kwargs):
+  """jax.jit, run on the tinyjax backend: compiled once per input avals and statics, then replayed.
+
+  NB: donation is accepted and ignored (tinyjax Arrays are immutable values; buffers are freed when unreferenced).
+  Each call is dispatched at once (flushed), as JAX dispatches a jitted call, so a loop of calls replays one
+  captured program instead of growing the buffer.
+  """
+  if fun is None:
+    return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
+  jitted = jax.jit(fun, static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
+
+  @functools.wraps(fun)
+  def run(*args, **call_kwargs):
+    out = tracing.call(jitted, args, call_kwargs)
+    buffer.flush()
+    return out
+  run.lower = jitted.lower
+  run.trace = jitted.trace
+  return run
+
+
+def _jvp(fun, primals, tangents, has_aux):
+  return jax.jvp(fun, primals, tangents, has_aux=has_aux)
+
+
+def jvp(fun, primals, tangents, has_aux=False):
+  return tracing.call(_jvp, (fun, tuple(primals), tuple(tangents), has_aux))
+
+
+def _apply(fn, *args):
+  return fn(*args)
+
+
+def _lazy_function(fn):
+  """A function returned by a JAX transformation (a pytree of residuals), called through the buffer."""
+  return lambda *args: tracing.call(_apply, (fn, *args))
+
+
+def _vjp(fun, *primals, has_aux):
+  return jax.vjp(fun, *primals, has_aux=has_aux)
+
+
+def vjp(fun, *primals, has_aux=False):
+  out = tracing.call(_vjp, (fun, *primals), {"has_aux": has_aux})
+  return (out[0], _lazy_function(out[1]), *out[2:])
+
+
+def _linearize(fun, *primals):
+  return jax.linearize(fun, *primals)
+
+
+def linearize(fun, *primals):
+  out, f_jvp = tracing.call(_linearize, (fun, *primals))
+  return out, _lazy_function(f_jvp)
+
+
+def _spec(x):
+  return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type) if isinstance(x, Array) else x
+
+
+def make_jaxpr(fun, *args, **kwargs):
+  """jax.make_jaxpr, accepting tinyjax Arrays (by their avals)."""
+  traced = jax.make_jaxpr(fun, *args, **kwargs)
+  return lambda *a, **k: traced(*jax.tree_util.tree_map(_spec, (a, k), is_leaf=tracing.is_array)[0],
+                                **jax.tree_util.tree_map(_spec, k, is_leaf=tracing.is_array))
+
+
+def eval_shape(fun, *args, **kwargs):
+  args, kwargs = jax.tree_util.tree_map(_spec, (args, kwargs), is_leaf=tracing.is_array)
+  return jax.eval_shape(fun, *args, **kwargs)
+
+
+def _call_as(cls, f, *args, **kwargs):
+  return cls.__call__(f, *args, **kwargs)
+
+
+class custom_jvp(jax.custom_jvp):  # noqa: N801  (JAX's name)
+  """jax.custom_jvp whose calls on tinyjax Arrays go through the buffer."""
+
+  def __call__(self, *args, **kwargs):
+    return tracing.call(_call_as, (jax.custom_jvp, self, *args), kwargs)
+
+
+class custom_vjp(jax.custom_vjp):  # noqa: N801  (JAX's name)
+  """jax.custom_vjp whose calls on tinyjax Arrays go through the buffer."""
+
+  def __call__(self, *args, **kwargs):
+    return tracing.call(_call_as, (jax.custom_vjp, self, *args), kwargs)
