@@ -5,6 +5,7 @@ from tinyjax.config import default_device
 from tinyjax.core import interop  # noqa: F401  (JAX accepts tinyjax Arrays)
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import flush
+from tinyjax.decorator import tiny
 from tinyjax.report import explain, report
 from tinyjax.transfer import device_get, device_put
 from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacobian,
@@ -14,4 +15,4 @@ from jax import tree_util  # noqa: E402  (Arrays are pytree leaves; the tree uti
 __all__ = ["Array", "Device", "DeviceNotFoundError", "FallbackError", "config", "default_device", "devices",
            "device_get", "device_put", "explain", "flush", "report", "checkpoint", "custom_jvp", "custom_vjp",
            "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize", "make_jaxpr",
-           "remat", "tree_util", "value_and_grad", "vjp", "vmap"]
+           "remat", "tiny", "tree_util", "value_and_grad", "vjp", "vmap"]

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.core import keys
 from tinyjax.core.program import interpret
 
 
@@ -23,14 +24,16 @@ def _const(c):
   return np.asarray(c.value, c.aval.dtype)
 
 
-def compile_eqns(eqns, in_slots, out_atoms, n_slots):
-  """A jitted function from the values in `in_slots` to the values of `out_atoms`."""
+def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
+  """A jitted function from the values in `in_slots` to the values of `out_atoms`.
+
+  Typed PRNG keys enter and leave as their raw uint32 data (tinyjax.core.keys)."""
   def run(*inputs):
     env = [None] * n_slots
-    for slot, value in zip(in_slots, inputs):
-      env[slot] = value
+    for slot, value, aval in zip(in_slots, inputs, in_avals):
+      env[slot] = keys.wrap(value, aval)
     interpret(eqns, env, bind, _const)
-    return [env[a] if isinstance(a, int) else _const(a) for a in out_atoms]
+    return [keys.key_data(env[a] if isinstance(a, int) else _const(a)) for a in out_atoms]
   return jax.jit(run)
 
 
@@ -59,6 +62,6 @@ class XlaBackend(Backend):
 
   def compile(self, program):
     n_in = len(program.in_avals)
-    fn = compile_eqns(program.eqns, range(n_in), program.outputs, program.n_slots)
+    fn = compile_eqns(program.eqns, range(n_in), program.in_avals, program.outputs, program.n_slots)
     counts = collections.Counter(("xla", e.name) for e in program.eqns)
     return Compiled(lambda inputs: fn(*inputs), counts, ["xla"] if program.eqns else [], 0)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinyjax.core import tracing
+from tinyjax.core import keys, tracing
 
 
 def _jax_method(name):
@@ -157,6 +157,8 @@ class Array:
     raise TypeError(f"unhashable type: '{type(self).__name__}'")
 
   def __repr__(self):
+    if keys.is_key(self.dtype):
+      return repr(tracing.to_jax(self))
     prefix = "Array("
     dtype_str = f"dtype={self.dtype.name}" + (", weak_type=True)" if self.weak_type else ")")
     if self.size == 0:

@@ -21,7 +21,7 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
 from tinyjax.backends.base import check_fallback, current_backend
-from tinyjax.core import buffer
+from tinyjax.core import buffer, keys
 from tinyjax.core.buffer import Value
 from tinyjax.core.program import program_of
 
@@ -72,6 +72,8 @@ def user_source() -> str:
 
 
 def _host_aval(x):
+  if keys.is_key(x.dtype):
+    return jax.typeof(x)
   dtype = jax.dtypes.canonicalize_dtype(x.dtype)
   return jax.core.ShapedArray(np.shape(x), dtype)
 
@@ -97,6 +99,8 @@ def _input_value(leaf, aval) -> Value:
     return leaf._value
   if isinstance(leaf, Scalar):
     return Value(aval, host=np.asarray(leaf.value, aval.dtype))
+  if keys.is_key(aval.dtype):
+    return Value(aval, host=np.asarray(keys.key_data(leaf)))
   return Value(aval, host=np.asarray(leaf, aval.dtype))
 
 
@@ -180,6 +184,8 @@ def to_jax(x):
   if not is_array(x):
     return x.value if isinstance(x, Scalar) else x
   host = x._value.to_host()
+  if keys.is_key(x.dtype):
+    return keys.wrap(host, x.aval)
   if x.weak_type and x.ndim == 0:
     return jax.numpy.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
   return jax.device_put(host)
@@ -193,12 +199,12 @@ def _defer(fn, treedef, leaves):
 def _eager(fn, treedef, leaves):
   """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back."""
   from tinyjax.core.array import Array
-  from tinyjax import report
-  report.record_eager(getattr(fn, "__name__", repr(fn)))
+  from tinyjax.report import record_eager  # NB: `tinyjax.report` is also the name of the function report()
+  record_eager(getattr(fn, "__name__", repr(fn)))
   result = _defer(fn, treedef, leaves)
 
   def wrap(x):
     if not isinstance(x, jax.Array):
       return x
-    return Array(Value(jax.typeof(x), host=np.asarray(x)))
+    return Array(Value(jax.typeof(x), host=np.asarray(keys.key_data(x))))
   return jax.tree_util.tree_map(wrap, result)

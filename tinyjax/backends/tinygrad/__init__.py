@@ -2,6 +2,7 @@
 program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by
 TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
 import collections
+import dataclasses
 import functools
 
 import numpy as np
@@ -14,6 +15,15 @@ from tinyjax.backends.tinygrad.table import HOST_SYNC, RULES, RuleContext, tg_dt
 from jax.extend.core import jaxprs_in_params
 
 from tinyjax.core.program import interpret, program_of, read_outputs
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  steps: list
+  counts: collections.Counter
+  segments: list
+  bytes_crossed: int
+  jittable: bool  # wholly native and no host reads: TinyJit can capture it
+
 
 OLD_NAMES = {"CLANG": "CPU", "GPU": "CL", "LLVM": "CPU:LLVM"}  # NB: tinygrad renamed these devices
 
@@ -48,7 +58,7 @@ class TinygradBackend(Backend):
   # --- moving data
   def put(self, host):
     from tinygrad import Tensor
-    host = np.ascontiguousarray(host)
+    host = np.require(host, requirements="C")  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around
       return Tensor(host.reshape(1), device=self.tg_device).realize().reshape(())
     return Tensor(host, device=self.tg_device).realize()
@@ -86,15 +96,20 @@ class TinygradBackend(Backend):
     return out if eqn.primitive.multiple_results else [out]
 
   def run_jaxpr(self, closed_jaxpr, *args) -> list:
-    """Run a ClosedJaxpr on Tensors (the bodies of control-flow and call primitives)."""
+    """Run a ClosedJaxpr on Tensors, lazily (control-flow bodies, the `tiny` decorator); XLA runs what has no rule."""
     program = _program_of(closed_jaxpr)
+    return self._execute(program, self.plan(program).steps, list(args))
+
+  def _execute(self, program, steps, inputs) -> list:
     env = [None] * program.n_slots
-    env[:len(args)] = args
-    interpret(program.eqns, env, self.apply, self.const)
+    env[:len(inputs)] = inputs
+    for step in steps:
+      step(env)
     return read_outputs(program, env, self.const)
 
-  # --- compiling a flushed program
-  def compile(self, program) -> Compiled:
+  @functools.lru_cache(maxsize=1024)
+  def plan(self, program) -> "Plan":
+    """The program's segments as steps on the slot environment, and what one run executes where."""
     avals = dict(enumerate(program.in_avals))
     avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
     segments = mixed.partition(program, self.supports)
@@ -104,25 +119,26 @@ class TinygradBackend(Backend):
         steps.append(functools.partial(interpret, segment.eqns, apply=self.apply, const=self.const))
       else:
         crossed += mixed.crossing_bytes(segment, avals)
-        steps.append(self._fallback_step(segment, program.n_slots))
+        steps.append(self._fallback_step(segment, [avals[s] for s in segment.inputs], program.n_slots))
+    counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
+    return Plan(steps, counts, ["tinygrad" if s.native else "xla" for s in segments], crossed,
+                len(segments) == 1 and segments[0].native and not _uses_host_sync(program.eqns))
+
+  # --- compiling a flushed program
+  def compile(self, program) -> Compiled:
+    plan = self.plan(program)
 
     def run(inputs):
-      env = [None] * program.n_slots
-      env[:len(inputs)] = inputs
-      for step in steps:
-        step(env)
-      outs = read_outputs(program, env, self.const)
+      outs = self._execute(program, plan.steps, inputs)
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) else t.contiguous() for a, t in zip(program.outputs, outs)]
       return _realize(outs)
 
-    jittable = (len(segments) == 1 and segments[0].native and not _uses_host_sync(program.eqns))
-    counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
-    runner = _Replayed(run, program, self.const) if jittable else run
-    return Compiled(runner, counts, ["tinygrad" if s.native else "xla" for s in segments], crossed)
+    runner = _Replayed(run, program, self.const) if plan.jittable else run
+    return Compiled(runner, plan.counts, plan.segments, plan.bytes_crossed)
 
-  def _fallback_step(self, segment, n_slots):
-    fn = xla.compile_eqns(segment.eqns, segment.inputs, segment.outputs, n_slots)
+  def _fallback_step(self, segment, in_avals, n_slots):
+    fn = xla.compile_eqns(segment.eqns, segment.inputs, in_avals, segment.outputs, n_slots)
 
     def step(env):
       import jax

@@ -1,2 +1,200 @@
-"""Contractions: dot_general and conv_general_dilated; and the reduce_window family."""
-from tinyjax.backends.tinygrad.table import register  # noqa: F401
+"""Contractions and windowed reductions: dot_general, conv_general_dilated, and the reduce_window family
+(reduce_window_sum / _max / _min, and the generic reduce_window with a jaxpr body).
+
+Contractions accumulate in a dtype chosen from the output dtype (`_accumulator`), so that integer results wrap
+like XLA's and float16 sums keep float32 precision, and are cast to the jaxpr's output dtype at the end.
+Windows are tinygrad's pooling view over a base-dilated and padded operand: (*output shape, *window shape).
+"""
+import numpy as np
+from jax.extend.core import ClosedJaxpr
+
+from tinyjax.backends.tinygrad.table import register, tg_dtype
+
+
+def _accumulator(out_dtype):
+  """The tinygrad dtype products and sums are computed in, for a result of `out_dtype`."""
+  from tinygrad import dtypes
+  out_dtype = np.dtype(out_dtype)
+  if out_dtype.kind in "biu":
+    # NB: XLA's integer sums wrap; C's signed overflow is undefined, so sum in unsigned of at least 32 bits
+    # (which also avoids C's promotion of small unsigned products to int) and cast down: the same bits mod 2**n
+    return dtypes.uint64 if out_dtype.itemsize == 8 else dtypes.uint32
+  if out_dtype.itemsize < 4:
+    return dtypes.float32  # NB: float16/bfloat16 sums accumulate in float32 and round once, as XLA does on CPU
+  return tg_dtype(out_dtype)
+
+
+def _to_output(ctx, result):
+  out_dtype = np.dtype(ctx.out_aval.dtype)
+  if out_dtype == np.bool_:
+    return result != 0  # a boolean contraction is an OR of ANDs
+  return result.cast(tg_dtype(out_dtype))
+
+
+def _empty(ctx, aval):
+  """A result with no elements (tinygrad's pooling view refuses windows larger than the operand)."""
+  from tinygrad import Tensor
+  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=ctx.device)
+
+
+# --- dot_general
+
+@register("dot_general")
+def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_element_type, out_sharding=None):
+  """Batch dims, then lhs free dims, then rhs free dims (XLA's layout): the operands are permuted to
+  (batch, lhs free, 1.., contract) and (batch, 1.., rhs free, contract), multiplied, and summed over contract,
+  which is how tinygrad's own matmul works, generalized to any number of each kind of dimension.
+  NB: `precision` is ignored: tinygrad computes in the accumulator dtype whatever precision asks for.
+  """
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+  lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
+  rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
+  batch_shape = [lhs.shape[d] for d in lhs_batch]
+  contract_shape = [lhs.shape[d] for d in lhs_contract]
+  acc = _accumulator(ctx.out_aval.dtype)
+  lhs = lhs.cast(acc).permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(
+    *batch_shape, *[lhs.shape[d] for d in lhs_free], *[1] * len(rhs_free), *contract_shape)
+  rhs = rhs.cast(acc).permute(*rhs_batch, *rhs_free, *rhs_contract).reshape(
+    *batch_shape, *[1] * len(lhs_free), *[rhs.shape[d] for d in rhs_free], *contract_shape)
+  products = lhs * rhs
+  result = products.sum(axis=tuple(range(-len(contract_shape), 0)), dtype=acc) if contract_shape else products
+  return _to_output(ctx, result)
+
+
+# --- conv_general_dilated
+
+def _dilate(x, factors, fill, first_axis=0):
+  """Insert factor-1 copies of `fill` between neighbours along the axes from `first_axis` (XLA's dilation)."""
+  for axis, factor in enumerate(factors, start=first_axis):
+    size = x.shape[axis]
+    if factor == 1 or size == 0:
+      continue
+    spread = x.reshape(*x.shape[:axis + 1], 1, *x.shape[axis + 1:])
+    spread = spread.pad([(0, 0)] * (axis + 1) + [(0, factor - 1)] + [(0, 0)] * (x.ndim - axis - 1), value=fill)
+    x = spread.reshape(*x.shape[:axis], size * factor, *x.shape[axis + 1:]).shrink_to(
+      *x.shape[:axis], (size - 1) * factor + 1, *x.shape[axis + 1:])
+  return x
+
+
+@register("conv_general_dilated")
+def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+                          feature_group_count, batch_group_count, precision, preferred_element_type,
+                          out_sharding=None):
+  """Brought to (N, C, *spatial) and (O, I, *window) layouts, then tinygrad's N-d conv2d (groups, strides,
+  rhs dilation); lhs dilation and padding (negative pads crop) are applied to the operand first.
+  NB: `precision` is ignored, as in dot_general.
+  """
+  if ctx.out_aval.size == 0:
+    return _empty(ctx, ctx.out_aval)
+  lhs_spec, rhs_spec, out_spec = dimension_numbers
+  acc = _accumulator(ctx.out_aval.dtype)
+  x = _dilate(lhs.cast(acc).permute(*lhs_spec), lhs_dilation, 0, first_axis=2)
+  x = x.pad(((0, 0), (0, 0), *padding))
+  kernel = rhs.cast(acc).permute(*rhs_spec)
+  groups = feature_group_count
+  if batch_group_count > 1:
+    # Batch group g (the major part of the batch dim) meets output feature group g: move the batch groups into
+    # the feature dim (major) and convolve with that many feature groups.
+    n, c, *spatial = x.shape
+    x = x.reshape(batch_group_count, n // batch_group_count, c, *spatial).transpose(0, 1).reshape(
+      n // batch_group_count, batch_group_count * c, *spatial)
+    groups = batch_group_count
+  result = x.conv2d(kernel, groups=groups, stride=tuple(window_strides), dilation=tuple(rhs_dilation), dtype=acc)
+  return _to_output(ctx, result.permute(*np.argsort(out_spec)))
+
+
+# --- reduce_window family
+
+def _windows(x, fill, window: dict):
+  """The windows of `x` as (*output shape, *window shape); base-dilation holes and padding hold `fill`."""
+  x = _dilate(x, window["base_dilation"], fill).pad(tuple(window["padding"]), value=fill)
+  return x._pool(tuple(window["window_dimensions"]), tuple(window["window_strides"]), tuple(window["window_dilation"]))
+
+
+def _extreme(dtype, largest: bool):
+  if dtype == np.bool_:
+    return largest
+  if dtype.kind == "f":
+    return float("inf") if largest else float("-inf")
+  info = np.iinfo(dtype)
+  return int(info.max if largest else info.min)
+
+
+def _reduce_windows(ctx, x, monoid: str, window: dict):
+  """Each window of `x` reduced by `monoid` (add, mul, max or min); holes and padding take no part."""
+  from tinygrad import dtypes
+  dtype = np.dtype(ctx.out_avals[0].dtype)
+  axes = tuple(range(x.ndim, 2 * x.ndim))
+  if monoid in ("add", "mul"):
+    acc = _accumulator(dtype)
+    windows = _windows(x.cast(acc), 0 if monoid == "add" else 1, window)
+    return _to_output(ctx, windows.sum(axes, dtype=acc) if monoid == "add" else windows.prod(axes, dtype=acc))
+  largest = monoid == "max"
+  windows = _windows(x, _extreme(dtype, not largest), window)
+  if dtype == np.bool_:
+    return windows.any(axes) if largest else windows.all(axes)
+  result = windows.max(axes) if largest else windows.min(axes)
+  if dtype.kind != "f":
+    return result
+  # NB: tinygrad's max/min skip NaN and give a zero the sign of whichever zero comes first; XLA propagates NaN
+  # and orders -0.0 < +0.0. One more reduce, over a small key, finds a NaN (2) or the zero XLA picks (1).
+  bits = windows.bitcast({2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dtype.itemsize])
+  wanted_zero = (bits == 0) if largest else (windows == 0) & (bits != 0)
+  key = (windows != windows).where(2, wanted_zero.where(1, 0)).max(axes)
+  result = (key == 1).where(0.0 if largest else -0.0, result)
+  return (key == 2).where(float("nan"), result)
+
+
+def _reduce_window(monoid: str):
+  def rule(ctx, x, *, window_dimensions, window_strides, padding, base_dilation, window_dilation):
+    if ctx.out_aval.size == 0:
+      return _empty(ctx, ctx.out_aval)
+    window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
+                  base_dilation=base_dilation, window_dilation=window_dilation)
+    return _reduce_windows(ctx, x, monoid, window)
+  return rule
+
+
+for _name, _monoid in {"reduce_window_sum": "add", "reduce_window_max": "max", "reduce_window_min": "min"}.items():
+  register(_name)(_reduce_window(_monoid))
+
+
+def _monoid_of(jaxpr, dtype) -> str | None:
+  """The monoid a reduce_window body computes, when it is one add/mul/max/min (and/or on booleans)."""
+  if len(jaxpr.eqns) != 1 or len(jaxpr.invars) != 2:
+    return None
+  eqn, = jaxpr.eqns
+  if set(eqn.invars) != set(jaxpr.invars) or eqn.invars[0] is eqn.invars[1] or eqn.outvars != jaxpr.outvars:
+    return None
+  name = eqn.primitive.name
+  if np.dtype(dtype) == np.bool_:
+    return {"and": "min", "or": "max"}.get(name)
+  return name if name in ("add", "mul", "max", "min") else None
+
+
+@register("reduce_window")
+def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimensions, window_strides, padding,
+                           base_dilation, window_dilation):
+  """A monoid body reduces the windows natively and meets the initial value once, through the body itself;
+  any other body (e.g. variadic) is folded over the window positions, skipping holes and padding.
+  """
+  from tinygrad import Tensor, dtypes
+  if ctx.out_aval.size == 0:
+    return [_empty(ctx, aval) for aval in ctx.out_avals]
+  window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
+                base_dilation=base_dilation, window_dilation=window_dilation)
+  body = ClosedJaxpr(jaxpr, consts)
+  n = len(operands_and_inits) // 2
+  operands, inits = operands_and_inits[:n], operands_and_inits[n:]
+  shape = ctx.out_aval.shape
+  inits = [init.reshape((1,) * len(shape)).expand(shape) for init in inits]
+  if n == 1 and (monoid := _monoid_of(jaxpr, ctx.out_aval.dtype)):
+    return ctx.backend.run_jaxpr(body, inits[0], _reduce_windows(ctx, operands[0], monoid, window))
+  valid = _windows(Tensor.ones(operands[0].shape, dtype=dtypes.bool, device=ctx.device), False, window)
+  valid = valid.reshape(*shape, -1)
+  windows = [_windows(x, 0, window).reshape(*shape, -1) for x in operands]
+  accumulated = inits
+  for position in range(valid.shape[-1]):
+    combined = ctx.backend.run_jaxpr(body, *accumulated, *[w[..., position] for w in windows])
+    accumulated = [valid[..., position].where(new, old) for new, old in zip(combined, accumulated)]
+  return accumulated

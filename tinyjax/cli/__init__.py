@@ -1,0 +1,1 @@
+"""The `tinyjax` command line: one module per command, registered on the typer app in main.py."""

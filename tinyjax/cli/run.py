@@ -1,0 +1,215 @@
+"""`tinyjax run`: run a Python script or module as `__main__` with tinyjax's backend, device and fallback chosen.
+
+The options become environment variables before the script starts (tinyjax and tinygrad read their settings
+at first use, and child processes inherit them), so the script behaves as if they had been exported. The
+exit code is the script's own; a traceback shows the script's frames, not tinyjax's or runpy's. Exit code 2
+means tinyjax refused to start the script (unknown device, missing script or module, bad setting).
+"""
+import enum
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+import types
+from typing import Annotated
+
+import typer
+
+
+class BackendName(str, enum.Enum):
+  tinygrad = "tinygrad"
+  xla = "xla"
+
+
+class FallbackPolicy(str, enum.Enum):
+  xla = "xla"
+  warn = "warn"
+  error = "error"
+
+
+_TINYJAX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_RUNPY_FILES = {os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+
+def _refuse(message: str) -> typer.Exit:
+  typer.echo(f"tinyjax run: {message}", err=True)
+  return typer.Exit(2)
+
+
+def _environment(device, backend, fallback, beam, debug) -> dict[str, str]:
+  """The variables the options set: tinyjax's own, and tinygrad's (DEV selects its device and renderer)."""
+  from tinyjax.backends.tinygrad import canonical
+  env = {}
+  if backend is not None:
+    env["TINYJAX_BACKEND"] = backend.value
+  if fallback is not None:
+    env["TINYJAX_FALLBACK"] = fallback.value
+  if device is not None:
+    on_tinygrad = (backend.value if backend else os.environ.get("TINYJAX_BACKEND", "tinygrad")) == "tinygrad"
+    env["TINYJAX_DEVICE"] = canonical(device) if on_tinygrad else device
+    if on_tinygrad:
+      env["DEV"] = env["TINYJAX_DEVICE"]
+  if beam is not None:
+    env["BEAM"] = str(beam)
+  if debug is not None:
+    env["DEBUG"] = str(debug)
+  return env
+
+
+class _Environment:
+  """Sets variables for the duration of the run, also in tinygrad's settings if tinygrad is already imported."""
+
+  def __init__(self, env: dict[str, str]):
+    self.env = env
+
+  def __enter__(self):
+    self.saved = {name: os.environ.get(name) for name in self.env}
+    os.environ.update(self.env)
+    self.apply_to_tinygrad()
+    return self
+
+  def apply_to_tinygrad(self):
+    """NB: tinygrad reads DEV, BEAM and DEBUG when it is imported; after that its ContextVars hold them."""
+    if "tinygrad.helpers" not in sys.modules or hasattr(self, "tinygrad_context"):
+      return
+    from tinygrad.helpers import Context
+    values = {name: int(value) if name != "DEV" else value for name, value in self.env.items()
+              if name in ("DEV", "BEAM", "DEBUG")}
+    self.tinygrad_context = Context(**values)
+    self.tinygrad_context.__enter__()
+
+  def __exit__(self, *_):
+    if hasattr(self, "tinygrad_context"):
+      self.tinygrad_context.__exit__(None, None, None)
+    for name, value in self.saved.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+
+
+def _check_backend() -> None:
+  """Open the backend and device the settings ask for, so a bad one is reported before the script starts."""
+  from tinyjax.backends.base import DeviceNotFoundError, current_backend
+  try:
+    current_backend()
+  except (DeviceNotFoundError, ValueError) as error:
+    raise _refuse(str(error)) from None
+
+
+def _is_internal(filename: str, own_file: str) -> bool:
+  path = os.path.abspath(filename) if not filename.startswith("<") else filename
+  return path != own_file and (path in _RUNPY_FILES or path.startswith(_TINYJAX_DIR + os.sep))
+
+
+def _trim(error: BaseException, own_file: str, seen: set | None = None) -> None:
+  """Drop tinyjax's and runpy's frames from the tracebacks of `error` and of the exceptions chained to it."""
+  seen = set() if seen is None else seen
+  if error is None or id(error) in seen:
+    return
+  seen.add(id(error))
+  frames = []
+  tb = error.__traceback__
+  while tb is not None:
+    if not _is_internal(tb.tb_frame.f_code.co_filename, own_file):
+      frames.append(tb)
+    tb = tb.tb_next
+  trimmed = None
+  for frame in reversed(frames):
+    trimmed = types.TracebackType(trimmed, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+  error.__traceback__ = trimmed
+  for linked in (error.__cause__, error.__context__, *getattr(error, "exceptions", ())):
+    _trim(linked, own_file, seen)
+
+
+def _exit_code(exit: SystemExit) -> int:
+  """What the interpreter would exit with for `sys.exit(code)`: None is 0, other non-integers are printed, 1."""
+  if exit.code is None:
+    return 0
+  if isinstance(exit.code, int):
+    return exit.code
+  print(exit.code, file=sys.stderr)
+  return 1
+
+
+def _execute(script: str | None, module: str | None, argv: list[str], own_file: str) -> int:
+  """Run the script or module as `__main__` with `argv`; returns the exit code the script gives."""
+  import tinyjax
+  saved_argv, saved_path = sys.argv, sys.path[:]
+  sys.argv = argv
+  # NB: like `python script.py` / `python -m module`: the script's directory (or the working directory) is first
+  sys.path[0:1] = [os.path.dirname(os.path.abspath(script)) if script else os.getcwd()]
+  try:
+    try:
+      if module:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+      else:
+        runpy.run_path(script, run_name="__main__")
+      code = 0
+    except SystemExit as exit:
+      code = _exit_code(exit)
+    tinyjax.flush()  # computations the script started but never read still run, as with JAX's async dispatch
+    return code
+  except BaseException as error:
+    _trim(error, own_file)
+    sys.stderr.flush()
+    traceback.print_exception(error, file=sys.stderr)
+    return 130 if isinstance(error, KeyboardInterrupt) else 1
+  finally:
+    sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def run(
+  ctx: typer.Context,
+  target: Annotated[list[str] | None, typer.Argument(
+    metavar="SCRIPT [ARGS]...", show_default=False,
+    help="The script and its arguments (with -m: the module's arguments).")] = None,
+  module: Annotated[str | None, typer.Option(
+    "-m", "--module", metavar="MODULE", help="Run a module, like `python -m MODULE`.")] = None,
+  device: Annotated[str | None, typer.Option(
+    help="tinygrad device (CPU, CL, METAL, CUDA, ...; CLANG means CPU), or an XLA device with --backend xla. "
+         "Sets TINYJAX_DEVICE and DEV.", show_default=False)] = None,
+  backend: Annotated[BackendName | None, typer.Option(
+    help="Backend that runs flushed programs. Sets TINYJAX_BACKEND.", show_default=False)] = None,
+  fallback: Annotated[FallbackPolicy | None, typer.Option(
+    help="What happens to an operation tinygrad cannot run: run it on XLA, also warn, or raise. "
+         "Sets TINYJAX_FALLBACK.", show_default=False)] = None,
+  report: Annotated[bool, typer.Option(
+    "--report", help="At exit, print to stderr which primitives ran where, the segments and the bytes moved.")] = False,
+  beam: Annotated[int | None, typer.Option(min=0, help="tinygrad's kernel search width (BEAM).",
+                                           show_default=False)] = None,
+  debug: Annotated[int | None, typer.Option(min=0, help="tinygrad's debug level (DEBUG).", show_default=False)] = None,
+):
+  """Run a Python script (or -m MODULE) as `__main__` on the chosen backend and device.
+
+  `sys.argv` is the script and its arguments. The options may come before or after the script; everything after
+  `--` goes to the script. The exit code is the script's own; 2 means tinyjax could not start it.
+  """
+  target = list(target or []) + ctx.args
+  if module is None and not target:
+    raise _refuse("give a SCRIPT to run or -m MODULE (see `tinyjax run --help`)")
+  script, args = (None, target) if module else (target[0], target[1:])
+  if script is not None:
+    if not os.path.exists(script):
+      raise _refuse(f"can't open file {script!r}: no such file")
+    own_file = os.path.abspath(script)
+  else:
+    try:
+      spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+      spec = None
+    if spec is None:
+      raise _refuse(f"no module named {module!r}")
+    own_file = os.path.abspath(spec.origin or "")
+  from tinyjax.report import report as process_report
+  with _Environment(_environment(device, backend, fallback, beam, debug)) as environment:
+    _check_backend()
+    environment.apply_to_tinygrad()
+    try:
+      code = _execute(script, module, [script or module, *args], own_file)
+    finally:
+      if report:
+        sys.stdout.flush()
+        print(str(process_report()), file=sys.stderr)
+  raise typer.Exit(code)

@@ -1,0 +1,18 @@
+"""Typed PRNG keys (`key<fry>`) between backends: a key array travels as its raw uint32 data (trailing dim 2 for
+threefry), the representation tinygrad rules work on, and is wrapped back into a typed key where JAX needs one."""
+import jax
+import numpy as np
+
+
+def is_key(dtype) -> bool:
+  return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+
+
+def key_data(x):
+  """The raw data of a typed key array (anything else unchanged)."""
+  return jax.random.key_data(x) if is_key(getattr(x, "dtype", np.float32)) else x
+
+
+def wrap(data, aval):
+  """`data` as a value of `aval`: typed keys are rewrapped from their raw data."""
+  return jax.random.wrap_key_data(data, impl=aval.dtype._impl) if is_key(aval.dtype) else data
