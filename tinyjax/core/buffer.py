@@ -9,6 +9,7 @@ Compiled programs are cached by the flushed structure (which traced jaxprs, wire
 eager operations compiles once and replays after that.
 """
 import collections
+import sys
 import threading
 import weakref
 
@@ -149,7 +150,7 @@ def run(values: list[Value], backend) -> None:
     report.record_compile()
     if config.get("log_compiles") == "1":
       print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
-            f"(first seen: {len(nodes)} calls, from {nodes[-1].source})")
+            f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source})", file=sys.stderr)
     if len(_programs) > _PROGRAM_CACHE_SIZE:
       _programs.popitem(last=False)
   else:

@@ -136,12 +136,37 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
 
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
   closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
+  if config.get("log_compiles") == "1":
+    _log_miss(fn, key, avals, statics)
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials))
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
       _traces.pop(next(iter(_traces)))
     _traces[key] = traced
   return traced, dynamic, avals
+
+
+_last_keys: dict = {}
+
+
+def _log_miss(fn, key, avals, statics):
+  """TINYJAX_LOG_COMPILES=1: say what is traced, and why the cache missed."""
+  name = getattr(fn, "__name__", repr(fn))
+  previous = _last_keys.get(fn)
+  if previous is None:
+    reason = "first call"
+  elif key is None:
+    reason = "an unhashable static argument"
+  else:
+    changed = [what for what, i in (("structure of the arguments", 1), ("input shapes/dtypes", 2),
+                                     ("static arguments", 3), ("which arguments are traced", 4), ("x64 mode", 5))
+               if previous[i] != key[i]]
+    reason = "changed " + ", ".join(changed)
+  if key is not None:
+    _last_keys[fn] = key
+  shapes = ", ".join(a.str_short() for a in avals)
+  print(f"tinyjax: tracing {name}({shapes}){' with statics ' + repr(statics) if statics else ''}: {reason}",
+        file=sys.stderr)
 
 
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):

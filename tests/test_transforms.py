@@ -1,0 +1,149 @@
+"""tinyjax's transformations against JAX's: alone, composed with each other, and mixed with JAX's own."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tinyjax
+import tinyjax.numpy as tnp
+from oracle import assert_like_jax
+
+X = np.linspace(-1.5, 2.0, 6, dtype=np.float32).reshape(2, 3)
+V = np.linspace(0.5, 1.0, 3, dtype=np.float32)
+
+
+def loss(x):
+  return jnp.sum(jnp.sin(x) * x ** 2 + jnp.exp(-x))
+
+
+def loss2(x, y):
+  return jnp.sum(x * y + jnp.tanh(x) ** 2), x.mean()
+
+
+# name -> (build(T) -> callable, args); T is the `jax` module or the `tinyjax` module
+CASES = {
+  "grad": (lambda T: T.grad(loss), (X,)),
+  "grad_argnums_has_aux": (lambda T: T.grad(loss2, argnums=(0, 1), has_aux=True), (X, X)),
+  "value_and_grad": (lambda T: T.value_and_grad(loss2, argnums=1, has_aux=True), (X, X)),
+  "vmap": (lambda T: T.vmap(lambda v: jnp.outer(v, v).sum(0), in_axes=1, out_axes=1), (X,)),
+  "vmap_two_args": (lambda T: T.vmap(lambda a, b: a * b, in_axes=(0, None)), (X, V)),
+  "jacfwd": (lambda T: T.jacfwd(lambda v: jnp.sin(v) * v), (V,)),
+  "jacrev": (lambda T: T.jacrev(lambda v: jnp.cos(v) * v.sum()), (V,)),
+  "hessian": (lambda T: T.hessian(lambda v: jnp.sum(v ** 3)), (V,)),
+  "hessian_is_jacfwd_jacrev": (lambda T: T.jacfwd(T.jacrev(lambda v: jnp.sum(jnp.sin(v) * v))), (V,)),
+  "jit": (lambda T: T.jit(lambda x: jnp.tanh(x) @ x.T), (X,)),
+  "jit_static_argnums": (lambda T: T.jit(lambda x, n: jnp.sum(x ** n), static_argnums=1), (X, 3)),
+  "jit_static_argnames": (lambda T: T.jit(lambda x, axis: x.sum(axis=axis), static_argnames="axis"), (X,)),
+  "grad_of_jit_of_grad": (lambda T: T.grad(lambda v: T.jit(T.grad(lambda w: jnp.sum(w ** 3)))(v).sum()), (V,)),
+  "jit_of_vmap_of_grad": (lambda T: T.jit(T.vmap(T.grad(lambda v: jnp.sum(jnp.sin(v))))), (X,)),
+  "checkpoint": (lambda T: T.grad(T.checkpoint(lambda v: jnp.sum(jnp.sin(jnp.sin(v))))), (V,)),
+  "pytrees_in_and_out": (lambda T: T.jit(lambda p: {"s": p["a"] + p["b"][0], "t": (p["b"][1] * 2,)}),
+                         ({"a": X, "b": (X, V)},)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_transformation_matches_jax(name):
+  build, args = CASES[name]
+  kwargs = {"axis": 1} if name == "jit_static_argnames" else {}
+  expected = build(jax)(*args, **kwargs)
+  actual = build(tinyjax)(*[jax.tree_util.tree_map(tnp.asarray, a) if not isinstance(a, int) else a for a in args],
+                          **kwargs)
+  assert_like_jax(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_jvp_vjp_linearize():
+  f = lambda v: jnp.sin(v) * v  # noqa: E731
+  t = np.ones(3, np.float32)
+  assert_like_jax(tinyjax.jvp(f, (tnp.asarray(V),), (tnp.asarray(t),)), jax.jvp(f, (V,), (t,)), rtol=1e-6)
+  out, f_vjp = tinyjax.vjp(f, tnp.asarray(V))
+  expected_out, expected_vjp = jax.vjp(f, V)
+  assert_like_jax((out, f_vjp(tnp.asarray(t))), (expected_out, expected_vjp(t)), rtol=1e-6)
+  out, f_jvp = tinyjax.linearize(f, tnp.asarray(V))
+  expected_out, expected_jvp = jax.linearize(f, V)
+  assert_like_jax((out, f_jvp(tnp.asarray(t))), (expected_out, expected_jvp(t)), rtol=1e-6)
+
+
+def _custom_jvp(T):
+  @T.custom_jvp
+  def clipped_sin(x):
+    return jnp.sin(x)
+
+  @clipped_sin.defjvp
+  def _(primals, tangents):
+    (x,), (tx,) = primals, tangents
+    return clipped_sin(x), jnp.clip(jnp.cos(x), 0.0, 0.5) * tx
+  return clipped_sin
+
+
+def _custom_vjp(T):
+  @T.custom_vjp
+  def scaled(x):
+    return x * 3.0
+
+  scaled.defvjp(lambda x: (x * 3.0, x), lambda residual, g: (g * residual,))
+  return scaled
+
+
+@pytest.mark.parametrize("make", [_custom_jvp, _custom_vjp], ids=["custom_jvp", "custom_vjp"])
+def test_custom_derivatives(make):
+  expected_f, actual_f = make(jax), make(tinyjax)
+  assert_like_jax(actual_f(tnp.asarray(V)), expected_f(V), rtol=1e-6)
+  grad = lambda T, f: T.grad(lambda v: f(v).sum())  # noqa: E731
+  assert_like_jax(grad(tinyjax, actual_f)(tnp.asarray(V)), grad(jax, expected_f)(V), rtol=1e-6)
+
+
+def test_make_jaxpr_and_eval_shape_accept_tinyjax_arrays():
+  x = tnp.asarray(X)
+  assert str(tinyjax.make_jaxpr(loss)(x)) == str(jax.make_jaxpr(loss)(X))
+  assert tinyjax.eval_shape(loss2, x, x) == jax.eval_shape(loss2, X, X)
+
+
+def test_mixed_with_jax_own_transformations():
+  x = tnp.asarray(V)
+  # tinyjax inside JAX: tinyjax.numpy and tinyjax.jit defer to JAX on tracers
+  expected = jax.grad(lambda v: jnp.sum(jnp.sin(v) ** 2))(V)
+  assert_like_jax(tnp.asarray(jax.grad(lambda v: tnp.sum(tinyjax.jit(tnp.sin)(v) ** 2))(V)), expected, rtol=1e-6)
+  # JAX's transformations accept tinyjax Arrays
+  np.testing.assert_allclose(jax.jit(lambda v: v * 2)(x), V * 2)
+  np.testing.assert_allclose(jax.grad(lambda v: (v * v).sum())(x), 2 * V)
+  # tinyjax transformations of JAX-jitted functions
+  assert_like_jax(tinyjax.grad(jax.jit(lambda v: jnp.sum(v ** 3)))(x), jax.grad(lambda v: jnp.sum(v ** 3))(V),
+                  rtol=1e-6)
+
+
+def test_jit_compiles_once_per_avals_and_statics(capsys, monkeypatch):
+  monkeypatch.setenv("TINYJAX_LOG_COMPILES", "1")
+  f = tinyjax.jit(lambda x, n: x * n + 1, static_argnums=1)
+  x = tnp.ones(3)
+  for _ in range(3):
+    f(x, 2)
+  f(x, 3)
+  f(tnp.ones(4), 3)
+  lines = [line for line in capsys.readouterr().err.splitlines() if "tracing <lambda>" in line]
+  assert len(lines) == 3, lines
+  assert "first call" in lines[0] and "changed static arguments" in lines[1] and "input shapes" in lines[2]
+
+
+def test_jit_steady_state_replays_without_recompiling():
+  step = tinyjax.jit(lambda p, g: p - 0.1 * jnp.tanh(g))
+  p = tnp.ones((64,))
+  expected = np.ones((64,), np.float32)
+  for _ in range(3):
+    p = step(p, p)
+    expected = np.asarray(jax.jit(lambda p, g: p - 0.1 * jnp.tanh(g))(expected, expected))
+  compiles = tinyjax.report().compiles
+  for _ in range(20):
+    p = step(p, p)
+    expected = np.asarray(jax.jit(lambda p, g: p - 0.1 * jnp.tanh(g))(expected, expected))
+  assert tinyjax.report().compiles == compiles
+  np.testing.assert_allclose(np.asarray(p), expected, rtol=1e-5)
+
+
+def test_tinyjax_jit_is_usable_as_decorator_factory():
+  @functools.partial(tinyjax.jit, static_argnames="power")
+  def f(x, power):
+    return x ** power
+  assert_like_jax(f(tnp.asarray(V), power=2), jax.jit(lambda x: x ** 2)(V))
