@@ -6,12 +6,14 @@ available device are tried the same way.
 """
 import dataclasses
 import json
+import os
 from typing import Annotated
 
 import typer
 
 # NB: tinygrad.device.ALL_DEVICES omits the emulator and the null device, which DEV can still select
-EXTRA_TINYGRAD_DEVICES = {"PYTHON": "pure-Python emulator, slow", "NULL": "computes nothing; measures tinygrad's overhead"}
+EXTRA_TINYGRAD_DEVICES = {"PYTHON": "pure-Python emulator, slow",
+                          "NULL": "computes nothing; measures tinygrad's overhead"}
 XLA_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 
 
@@ -23,7 +25,7 @@ class DeviceInfo:
   default: bool = False  # the device tinyjax runs on with the settings in effect
   renderer: str = ""
   renderers: dict[str, str] = dataclasses.field(default_factory=dict)  # renderer -> "ok" or why it fails
-  kind: str = ""  # why unavailable, in short: missing library, no compiler, no GPU, error
+  kind: str = ""  # why unavailable, in short: missing library, no compiler, no GPU, disabled, error
   reason: str = ""
   note: str = ""
 
@@ -89,7 +91,12 @@ def probe_tinygrad(name: str) -> DeviceInfo:
 def probe_xla() -> list[DeviceInfo]:
   import jax
   found, seen = [], set()
+  allowed = [p for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p]
   for platform in XLA_PLATFORMS:
+    if allowed and platform not in allowed:
+      reason = f"not in JAX_PLATFORMS={','.join(allowed)}"
+      found.append(DeviceInfo("xla", platform, False, kind="disabled", reason=reason))
+      continue
     try:
       devices = jax.devices(platform)
     except RuntimeError as error:
@@ -138,7 +145,7 @@ def _line(info: DeviceInfo) -> str:
   if not info.available:
     detail = f"{info.kind}: {info.reason}"
   else:
-    detail = f"renderer {info.renderer}"
+    detail = f"{'renderer' if info.backend == 'tinygrad' else 'kind'} {info.renderer}"
     if others := [r for r, status in info.renderers.items() if r != info.renderer and status == "ok"]:
       detail += f"; also works: {', '.join(others)}"
     if failing := [f"{r} ({_kind(status)})" for r, status in info.renderers.items() if status != "ok"]:
@@ -148,7 +155,8 @@ def _line(info: DeviceInfo) -> str:
 
 
 def devices(
-  as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list (one object per device) for scripts.")] = False,
+  as_json: Annotated[bool, typer.Option(
+    "--json", help="Print a JSON list (one object per device) for scripts.")] = False,
 ):
   """List every tinygrad and XLA device, whether it works here (or why not), and its renderer.
 

@@ -5,6 +5,7 @@ at first use, and child processes inherit them), so the script behaves as if the
 exit code is the script's own; a traceback shows the script's frames, not tinyjax's or runpy's. Exit code 2
 means tinyjax refused to start the script (unknown device, missing script or module, bad setting).
 """
+import contextlib
 import enum
 import importlib.util
 import os
@@ -89,11 +90,19 @@ class _Environment:
         os.environ[name] = value
 
 
-def _check_backend() -> None:
-  """Open the backend and device the settings ask for, so a bad one is reported before the script starts."""
+def _check_settings() -> None:
+  """Check the settings, and open the backend and device if one is asked for, before the script starts.
+
+  NB: with nothing asked for, opening tinygrad's default device is left to the script's first flush: it costs
+  about a second, which a script that never flushes should not pay.
+  """
+  from tinyjax import config
   from tinyjax.backends.base import DeviceNotFoundError, current_backend
   try:
-    current_backend()
+    for name in config.SETTINGS:
+      config.validated(name)
+    if any(os.environ.get(name) for name in ("TINYJAX_BACKEND", "TINYJAX_DEVICE", "DEV")):
+      current_backend()
   except (DeviceNotFoundError, ValueError) as error:
     raise _refuse(str(error)) from None
 
@@ -133,13 +142,21 @@ def _exit_code(exit: SystemExit) -> int:
   return 1
 
 
-def _execute(script: str | None, module: str | None, argv: list[str], own_file: str) -> int:
-  """Run the script or module as `__main__` with `argv`; returns the exit code the script gives."""
-  import tinyjax
+@contextlib.contextmanager
+def _as_python_would(argv: list[str], first_path: str):
+  """`sys.argv` and `sys.path[0]` as `python script.py` / `python -m module` set them; restored afterwards."""
   saved_argv, saved_path = sys.argv, sys.path[:]
   sys.argv = argv
-  # NB: like `python script.py` / `python -m module`: the script's directory (or the working directory) is first
-  sys.path[0:1] = [os.path.dirname(os.path.abspath(script)) if script else os.getcwd()]
+  sys.path[0:1] = [first_path]
+  try:
+    yield
+  finally:
+    sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _execute(script: str | None, module: str | None, own_file: str) -> int:
+  """Run the script or module as `__main__`; returns the exit code the script gives."""
+  import tinyjax
   try:
     try:
       if module:
@@ -153,17 +170,14 @@ def _execute(script: str | None, module: str | None, argv: list[str], own_file: 
     return code
   except BaseException as error:
     _trim(error, own_file)
-    sys.stderr.flush()
+    sys.stdout.flush()
     traceback.print_exception(error, file=sys.stderr)
     return 130 if isinstance(error, KeyboardInterrupt) else 1
-  finally:
-    sys.argv, sys.path[:] = saved_argv, saved_path
 
 
 def run(
-  ctx: typer.Context,
   target: Annotated[list[str] | None, typer.Argument(
-    metavar="SCRIPT [ARGS]...", show_default=False,
+    metavar="SCRIPT [ARGS]", show_default=False,
     help="The script and its arguments (with -m: the module's arguments).")] = None,
   module: Annotated[str | None, typer.Option(
     "-m", "--module", metavar="MODULE", help="Run a module, like `python -m MODULE`.")] = None,
@@ -186,30 +200,34 @@ def run(
   `sys.argv` is the script and its arguments. The options may come before or after the script; everything after
   `--` goes to the script. The exit code is the script's own; 2 means tinyjax could not start it.
   """
-  target = list(target or []) + ctx.args
+  target = list(target or [])
   if module is None and not target:
     raise _refuse("give a SCRIPT to run or -m MODULE (see `tinyjax run --help`)")
   script, args = (None, target) if module else (target[0], target[1:])
-  if script is not None:
-    if not os.path.exists(script):
-      raise _refuse(f"can't open file {script!r}: no such file")
-    own_file = os.path.abspath(script)
-  else:
-    try:
-      spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-      spec = None
-    if spec is None:
-      raise _refuse(f"no module named {module!r}")
-    own_file = os.path.abspath(spec.origin or "")
-  from tinyjax.report import report as process_report
-  with _Environment(_environment(device, backend, fallback, beam, debug)) as environment:
-    _check_backend()
-    environment.apply_to_tinygrad()
-    try:
-      code = _execute(script, module, [script or module, *args], own_file)
-    finally:
+  if script is not None and not os.path.exists(script):
+    # NB: an option tinyjax does not know, before any script, lands here (typer passes unknown options on)
+    raise _refuse(f"no such option: {script}" if script.startswith("-")
+                  else f"can't open file {script!r}: no such file")
+  from tinyjax.report import collecting
+  first_path = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
+  with _as_python_would([script or module, *args], first_path):
+    own_file = os.path.abspath(script) if script else _module_file(module)
+    with _Environment(_environment(device, backend, fallback, beam, debug)) as environment:
+      _check_settings()
+      environment.apply_to_tinygrad()
+      with collecting() as ran:  # NB: what this run did, also when the command is invoked in a longer process
+        code = _execute(script, module, own_file)
       if report:
         sys.stdout.flush()
-        print(str(process_report()), file=sys.stderr)
+        print(str(ran), file=sys.stderr)
   raise typer.Exit(code)
+
+
+def _module_file(module: str) -> str:
+  try:
+    spec = importlib.util.find_spec(module)
+  except (ImportError, ValueError):
+    spec = None
+  if spec is None:
+    raise _refuse(f"no module named {module!r}")
+  return os.path.abspath(spec.origin or "")
