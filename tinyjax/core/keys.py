@@ -16,3 +16,13 @@ def key_data(x):
 def wrap(data, aval):
   """`data` as a value of `aval`: typed keys are rewrapped from their raw data."""
   return jax.random.wrap_key_data(data, impl=aval.dtype._impl) if is_key(aval.dtype) else data
+
+
+def is_threefry(dtype) -> bool:
+  """Whether `dtype` is the threefry key type (`key<fry>`), the one the tinygrad backend computes with."""
+  return is_key(dtype) and dtype._impl.name == "threefry2x32"
+
+
+def physical_aval(aval):
+  """The aval of a key array's raw data: the key's own shape appended (uint32[..., 2] for threefry)."""
+  return jax.core.ShapedArray(aval.shape + tuple(aval.dtype._impl.key_shape), np.dtype(np.uint32))

@@ -4,16 +4,18 @@ TinyJit on its second run and replayed after that; equations without a rule run 
 import collections
 import dataclasses
 import functools
+import os
 
 import numpy as np
 
 from tinyjax.backends import mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, reduction, shape)
-from tinyjax.backends.tinygrad.table import HOST_SYNC, RULES, RuleContext, tg_dtype
-from jax.extend.core import jaxprs_in_params
+  contraction, control_flow, elementwise, indexing, random, reduction, shape, sorting)
+from tinyjax.backends.tinygrad.table import HOST_SYNC, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype
+from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 
+from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,8 @@ class TinygradBackend(Backend):
       TgDevice[name]
     except Exception as error:
       available = ", ".join(d.name for d in available_devices()) or "none"
-      raise DeviceNotFoundError(f"tinygrad device {device!r} is not available here ({error}); available: "
+      wanted = device or f"DEV={os.environ['DEV']}" if device or os.environ.get("DEV") else "(tinygrad's default)"
+      raise DeviceNotFoundError(f"tinygrad device {wanted!r} is not available here ({error}); available: "
                                 f"{available}") from None
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
@@ -68,7 +71,7 @@ class TinygradBackend(Backend):
 
   def const(self, c):
     from tinygrad import Tensor
-    value = np.asarray(c.value, c.aval.dtype)
+    value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
     if value.ndim == 0:
       return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=self.tg_device)
     return Tensor(np.ascontiguousarray(value), device=self.tg_device)
@@ -77,7 +80,12 @@ class TinygradBackend(Backend):
   def supports(self, eqn) -> bool:
     if eqn.name not in RULES:
       return False
-    return all(self.supports_dtype(a.dtype) for a in eqn.in_avals + eqn.out_avals)
+    takes_keys = eqn.name in KEY_RULES or eqn.name in KEY_LAYOUTS
+    if not all(self.supports_dtype(a.dtype) or (takes_keys and keys.is_threefry(a.dtype))
+               for a in eqn.in_avals + eqn.out_avals):
+      return False
+    # a control-flow rule runs its sub-jaxprs here: unless they are wholly native, XLA runs the whole primitive
+    return all(self.supports(e) for sub in _closed_jaxprs_in(eqn.params) for e in _program_of(sub).eqns)
 
   @functools.cache
   def supports_dtype(self, dtype) -> bool:
@@ -91,9 +99,19 @@ class TinygradBackend(Backend):
       return False
 
   def apply(self, eqn, inputs):
-    ctx = RuleContext(eqn.in_avals, eqn.out_avals, self.tg_device, self)
-    out = RULES[eqn.name](ctx, *inputs, **eqn.params)
+    in_avals, out_avals, params = eqn.in_avals, eqn.out_avals, eqn.params
+    if eqn.name in KEY_LAYOUTS and any(keys.is_key(a.dtype) for a in in_avals + out_avals):
+      # NB: a layout primitive on typed keys moves their raw data, which has a trailing key dimension
+      in_avals, out_avals = [tuple(keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in avals)
+                             for avals in (in_avals, out_avals)]
+      params = KEY_LAYOUTS[eqn.name](eqn.out_avals, **params)
+    ctx = RuleContext(in_avals, out_avals, self.tg_device, self)
+    out = RULES[eqn.name](ctx, *inputs, **params)
     return out if eqn.primitive.multiple_results else [out]
+
+  def capturable(self, closed_jaxpr) -> bool:
+    """Whether TinyJit can capture runs of a ClosedJaxpr (a loop body): wholly native, and no host reads."""
+    return self.plan(_program_of(closed_jaxpr)).jittable
 
   def run_jaxpr(self, closed_jaxpr, *args) -> list:
     """Run a ClosedJaxpr on Tensors, lazily (control-flow bodies, the `tiny` decorator); XLA runs what has no rule."""
@@ -168,10 +186,17 @@ def _program_of(closed_jaxpr):
   return program_of(closed_jaxpr)
 
 
+def _closed_jaxprs_in(params) -> list:
+  """The ClosedJaxprs among an equation's params (cond branches, loop bodies, ...)."""
+  return [v for value in params.values() for v in (value if isinstance(value, tuple) else (value,))
+          if isinstance(v, ClosedJaxpr)]
+
+
 def _uses_host_sync(eqns) -> bool:
-  """Whether any equation, or any equation of a jaxpr in its params, reads values on the host."""
-  return any(eqn.primitive.name in HOST_SYNC or any(_uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params))
-             for eqn in eqns)
+  """Whether any equation, or any equation of a jaxpr in its params, reads values on the host (or replays a TinyJit
+  of its own): such a program cannot be captured by TinyJit."""
+  return any(HOST_SYNC.get(eqn.primitive.name, lambda **_: False)(**eqn.params)
+             or any(_uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params)) for eqn in eqns)
 
 
 class _Replayed:
@@ -202,5 +227,6 @@ class _Replayed:
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
             for a in self.program.outputs]
     for i, tensor in zip(self.computed, computed):
-      outs[i] = Tensor(_copy_input(tensor.uop.base)).reshape(tensor.shape)
+      # NB: a zero-size output has no buffer to copy (tinygrad asserts on allocating 0 bytes)
+      outs[i] = Tensor(_copy_input(tensor.uop.base)).reshape(tensor.shape) if tensor.numel() else tensor
     return outs

@@ -1,7 +1,177 @@
-"""Control flow: cond, while, scan, and the other primitives that run sub-jaxprs.
+"""Control flow: cond, while, scan, custom_linear_solve, platform_index, and the structural identities
+stop_gradient and optimization_barrier.
 
 NB: the call primitives (jit, custom_jvp_call, custom_vjp_call, remat, closed_call) have no rule here: the
 program builder inlines their jaxprs (tinyjax.core.program.CALL_PARAMS), recursively, so that each equation
 inside runs where it is supported.
+
+Sub-jaxprs (branches, bodies) run through `ctx.backend.run_jaxpr`, with the same rules, lazily. The backend runs a
+control-flow primitive here only when its sub-jaxprs are wholly native (else XLA runs all of it). Typed PRNG keys
+pass through as their raw data (tinyjax.core.keys), so every rule here takes them.
+
+Loops cost what tinygrad's scheduler costs per realize (milliseconds), unless a TinyJit replays them: long scans
+and while loops replay a TinyJit of their body (a chunk of steps per replay), with the step number a bound
+Variable, so one capture serves every step. Such a rule makes its program uncapturable (host_sync): TinyJits
+cannot nest.
 """
-from tinyjax.backends.tinygrad.table import register  # noqa: F401
+import functools
+
+from tinygrad import Tensor, TinyJit, Variable, dtypes
+
+from tinyjax.backends.tinygrad.table import register, tg_dtype
+from tinyjax.core import keys
+
+SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
+SCAN_CHUNK = 8  # steps per realize (lazy scans) or per TinyJit replay (longer scans)
+
+
+def _constant(x: Tensor):
+  """The value of a scalar Tensor that is a known constant (a literal, platform_index), else None."""
+  from tinygrad.uop.ops import Ops
+  base = x.uop.base
+  return base.arg if base.op is Ops.CONST else None
+
+
+def _capturing() -> bool:
+  """Whether a TinyJit is capturing now (a TinyJit cannot run inside another's capture)."""
+  from tinygrad.engine.realize import capturing
+  return bool(capturing)
+
+
+def _distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
+  """The tensors realized (with `realize_with`) as distinct buffers on `device`, none of them one of `taken`'s:
+  what TinyJit takes as inputs and must return as outputs."""
+  out, bases = [], {t.uop.base for t in taken}
+  for t in tensors:
+    # NB: tinygrad's constants have no device, and contiguous() leaves them so
+    t = t.clone(device=device) if t.device is None or t.uop.base in bases else t.contiguous()
+    bases.add(t.uop.base)
+    out.append(t)
+  if pending := [*out, *realize_with]:
+    Tensor.realize(*pending)
+  return out
+
+
+def _at(x: Tensor, i) -> Tensor:
+  """x[i] along the leading axis; `i` may be a bound Variable expression."""
+  return x.shrink(((i, i + 1),) + tuple((0, n) for n in x.shape[1:]))
+
+
+@register("cond", keys=True)
+def _cond(ctx, index, *operands, branches, **_):
+  # the index is clamped into range, as XLA does; a boolean predicate (2 branches) counts as 0 or 1
+  if (known := _constant(index)) is not None:
+    return ctx.backend.run_jaxpr(branches[min(max(int(known), 0), len(branches) - 1)], *operands)
+  # NB: every branch is evaluated and the results selected, so that no value is read on the host (the program
+  # stays capturable by TinyJit); our rules never fault, so an unselected branch cannot crash
+  index = index.cast(dtypes.int32)
+  results = [ctx.backend.run_jaxpr(branch, *operands) for branch in branches]
+  selected = results[-1]
+  for i in range(len(branches) - 2, -1, -1):
+    chosen = index <= i  # an index below 0 picks branch 0
+    selected = [chosen.where(a, b) for a, b in zip(results[i], selected)]
+  return selected
+
+
+def _while_step(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, *operands):
+  """One iteration: the new carry and whether to go on."""
+  cond_consts, body_consts, carry = operands[:n_cond], operands[n_cond:n_cond + n_body], operands[n_cond + n_body:]
+  carry = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
+  (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *carry)
+  return _distinct_buffers(backend.tg_device, [*carry, go], taken=operands)
+
+
+@functools.lru_cache(maxsize=64)
+def _while_jit(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, in_avals):
+  return TinyJit(functools.partial(_while_step, backend, cond_jaxpr, body_jaxpr, n_cond, n_body))
+
+
+@register("while", host_sync=True, keys=True)
+def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  # NB: the trip count depends on the data: the predicate is read on the host each iteration (host_sync)
+  consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
+  (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
+  step = functools.partial(_while_step, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts)
+  jitted = not _capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
+  if jitted:
+    step = _while_jit(ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, ctx.in_avals)
+    consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
+  while go.item():
+    *carry, go = step(*consts, *carry)
+  # NB: TinyJit reuses its output buffers on every replay: the result is copied out of them
+  return _distinct_buffers(ctx.device, carry, taken=carry) if jitted else carry
+
+
+def _scan_steps(backend, jaxpr, length, reverse, num_consts, num_carry, n_xs, count, position, *operands):
+  """`count` steps from step number `position` (an int, or a bound Variable): the new carry; ys written in place."""
+  consts, carry = operands[:num_consts], operands[num_consts:num_consts + num_carry]
+  xs, ys = operands[num_consts + num_carry:][:n_xs], operands[num_consts + num_carry + n_xs:]
+  for j in range(count):
+    i = length - 1 - (position + j) if reverse else position + j
+    outs = backend.run_jaxpr(jaxpr, *consts, *carry, *[_at(x, i).reshape(x.shape[1:]) for x in xs])
+    carry = outs[:num_carry]
+    for buffer, y in zip(ys, outs[num_carry:]):
+      _at(buffer, i).assign(y.reshape(1, *y.shape))
+  return _distinct_buffers(backend.tg_device, carry, taken=operands[:num_consts + num_carry], realize_with=ys)
+
+
+@functools.lru_cache(maxsize=64)
+def _scan_jit(backend, jaxpr, length, reverse, num_consts, num_carry, in_avals):
+  n_xs = len(in_avals) - num_consts - num_carry
+  return TinyJit(functools.partial(_scan_steps, backend, jaxpr, length, reverse, num_consts, num_carry, n_xs,
+                                   SCAN_CHUNK))
+
+
+def _long(*, length, **_) -> bool:
+  return length > SCAN_UNROLLED
+
+
+@register("scan", host_sync=_long, keys=True)
+def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll):
+  consts, carry = operands[:num_consts], list(operands[num_consts:num_consts + num_carry])
+  xs = operands[num_consts + num_carry:]
+  ys_avals = [keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in ctx.out_avals[num_carry:]]
+  ys = _distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype)) for a in ys_avals])
+  steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
+  done = 0
+  if _long(length=length) and not _capturing() and ctx.backend.capturable(jaxpr):
+    jitted = _scan_jit(ctx.backend, jaxpr, length, reverse, num_consts, num_carry, ctx.in_avals)
+    consts = _distinct_buffers(ctx.device, consts, taken=ys)
+    xs = _distinct_buffers(ctx.device, xs, taken=[*ys, *consts])
+    carry = _distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
+    position = Variable("scan_step", 0, length - SCAN_CHUNK)
+    for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
+      carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)
+    done += SCAN_CHUNK
+    # NB: TinyJit reuses its output buffers on every replay: the carry is copied out of them
+    carry = _distinct_buffers(ctx.device, carry, taken=carry)
+  for start in range(done, length, SCAN_CHUNK):  # realized every chunk, so the lazy graph stays bounded
+    carry = steps(min(SCAN_CHUNK, length - start), start, *consts, *carry, *xs, *ys)
+  return [*carry, *ys]
+
+
+@register("platform_index")
+def _platform_index(ctx, *, platforms):
+  # tinygrad is none of the named platforms: the default branch (None) runs; without one, the CPU branch, whose
+  # results are XLA's on CPU (the results tinyjax matches)
+  choice = platforms.index(None) if None in platforms else next(i for i, p in enumerate(platforms) if "cpu" in p)
+  return Tensor(choice, dtype=dtypes.int32, device=ctx.device)
+
+
+@register("custom_linear_solve", keys=True)
+def _custom_linear_solve(ctx, *operands, const_lengths, jaxprs):
+  # the forward value is the `solve` jaxpr on b; the other jaxprs serve differentiation, which JAX has done
+  start = const_lengths.matvec + const_lengths.vecmat
+  solve_consts = operands[start:start + const_lengths.solve]
+  b = operands[start + const_lengths.solve + const_lengths.transpose_solve:]
+  return ctx.backend.run_jaxpr(jaxprs.solve, *solve_consts, *b)
+
+
+@register("stop_gradient", keys=True)
+def _stop_gradient(ctx, x):
+  return x  # JAX has already differentiated the program: the value passes through
+
+
+@register("optimization_barrier", keys=True)
+def _optimization_barrier(ctx, *operands):
+  return list(operands)  # XLA's barrier orders scheduling; tinygrad's lazy graph has nothing to order

@@ -1,27 +1,332 @@
-"""Elementwise primitives: unary and binary math, comparisons, bitwise ops and shifts, selection, casts.
+"""Elementwise primitives: arithmetic, math functions, comparisons, bitwise ops and shifts, selection, casts and
+bit-level conversions. Complex numbers are not supported (real, imag, conj and complex fall back to XLA).
 
-Where tinygrad's obvious op differs from XLA (see shared/BRIEF.md), the rule says so with `# NB:`.
+Results are XLA's on CPU: exact ops give its bits, float functions come from `floatmath` (within an ulp or two,
+or XLA's own expansion replayed). `# NB:` marks where tinygrad's obvious op gives something else.
+XLA's CPU backend flushes denormal floats to zero; tinygrad keeps them (tests/xfail.py has that difference).
 """
+import math
 import operator
 
-from tinyjax.backends.tinygrad.table import register
+from tinygrad import dtypes
+
+from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad.table import register, tg_dtype
+
+UINT = fm.UINT
+SINT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 
-def _binary(op):
-  def rule(ctx, x, y, **params):
-    return op(x, y)
+def _is_float(x) -> bool:
+  return dtypes.is_float(x.dtype)
+
+
+def _wrapping(op):
+  """op on integers with two's-complement wraparound at the operands' width, on floats rounded to their dtype.
+
+  NB: tinygrad's C kernels promote narrow integers without narrowing them again, and clang assumes that signed
+  integers never overflow; XLA wraps every op. Unsigned 32/64-bit arithmetic, narrowed explicitly, does the same.
+  """
+  rounded = fm.rounded(op)
+
+  def apply(*xs):
+    dtype = xs[0].dtype
+    if dtypes.is_float(dtype):
+      return rounded(*xs)
+    unsigned = UINT[dtype.itemsize]
+    return op(*(x.bitcast(unsigned).cast(UINT[max(dtype.itemsize, 4)]) for x in xs)).cast(unsigned).bitcast(dtype)
+  return apply
+
+
+add, sub, mul = _wrapping(operator.add), _wrapping(operator.sub), _wrapping(operator.mul)
+
+
+def _unary(fn):
+  def rule(ctx, x, *, accuracy=None):  # `accuracy` asks for a precision mode; XLA on CPU ignores it, as do we
+    return fn(x)
   return rule
 
 
-register("add")(_binary(operator.add))
-register("mul")(_binary(operator.mul))
+def _binary(fn):
+  def rule(ctx, x, y):
+    return fn(x, y)
+  return rule
 
 
-@register("sin")
-def _sin(ctx, x, *, accuracy=None):
-  return x.sin()
+# --- arithmetic
+def _neg(x):
+  return -x if _is_float(x) else sub(x.zeros_like(), x)
 
 
-@register("neg")
-def _neg(ctx, x):
-  return -x
+def _abs(x):
+  if _is_float(x):
+    return fm.fabs(x)  # NB: tinygrad's x * sign(x) keeps -0.0
+  return (x < 0).where(_neg(x), x) if dtypes.is_int(x.dtype) else x
+
+
+def _sign(x):
+  if dtypes.is_unsigned(x.dtype):
+    return x.ne(0).cast(x.dtype)
+  if not _is_float(x):
+    return (x > 0).where(1, (x < 0).where(-1, 0)).cast(x.dtype)
+  return (x > 0).where(1.0, (x < 0).where(-1.0, x))  # NB: tinygrad's sign gives 1 for NaN and 0.0 for -0.0
+
+
+def _safe_divisor(x, y):
+  """y where integer x / y is defined, 1 elsewhere.
+
+  NB: tinygrad kills the process with SIGFPE on an integer division by zero or INT_MIN / -1.
+  """
+  undefined = y.eq(0)
+  if dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype):
+    undefined = undefined | (x.eq(x.dtype.min) & y.eq(-1))  # XLA: INT_MIN / -1 = INT_MIN, % -1 = 0
+  return undefined.where(1, y)
+
+
+def _integer_quotient(x, y, op):
+  """op (C division or remainder) on integers widened to 32 bits, so that the result is narrowed explicitly."""
+  wide = dtypes.int32 if x.dtype.itemsize < 4 else x.dtype
+  return op(x.cast(wide), _safe_divisor(x, y).cast(wide)).cast(x.dtype)
+
+
+def _div(x, y, broadcast_divisor=False):
+  if _is_float(x):
+    if broadcast_divisor:  # NB: XLA divides by a broadcast operand as a multiplication by its reciprocal
+      return fm.rounded(operator.mul)(x, fm.rounded(fm.div)(y.const_like(1), y))
+    return fm.rounded(fm.div)(x, y)
+  quotient = _integer_quotient(x, y, lambda a, b: a.div(b, rounding_mode="trunc"))
+  return y.eq(0).where(-1 if not dtypes.is_unsigned(x.dtype) else x.dtype.max, quotient)  # XLA: x / 0 = -1
+
+
+def _rem(x, y):
+  if _is_float(x):
+    return fm.fmod(x, y).cast(x.dtype)  # NB: tinygrad's x - trunc(x / y) * y is inexact for large quotients
+  return y.eq(0).where(x, _integer_quotient(x, y, lambda a, b: a.fmod(b)))  # XLA: x % 0 = x
+
+
+def _max(x, y):
+  if x.dtype == dtypes.bool:
+    return x | y
+  if not _is_float(x):
+    return x.maximum(y)
+  # NB: tinygrad's maximum drops NaN and may return -0.0 for max(-0.0, 0.0); XLA propagates NaN, orders -0.0 < 0.0
+  tie = (fm.bits(x) & fm.bits(y)).bitcast(x.dtype)
+  return (x > y).where(x, (y > x).where(y, x.eq(y).where(tie, x + y)))
+
+
+def _min(x, y):
+  if x.dtype == dtypes.bool:
+    return x & y
+  if not _is_float(x):
+    return x.minimum(y)
+  tie = (fm.bits(x) | fm.bits(y)).bitcast(x.dtype)
+  return (x < y).where(x, (y < x).where(y, x.eq(y).where(tie, x + y)))
+
+
+def _round(x, away_from_zero: bool):
+  whole = x.trunc()
+  fraction = fm.fabs(x - whole)
+  odd = (whole * 0.5).trunc().ne(whole * 0.5)
+  # NB: tinygrad's round is half-to-even only, and loses the sign of -0.0
+  half = fraction.eq(0.5)
+  up = (fraction > 0.5) | (half if away_from_zero else half & odd)
+  return up.where(whole + (x > 0).where(1.0, -1.0), whole)
+
+
+def _integer_pow(x, y: int):
+  """x ** y by repeated squaring, the multiplications in JAX's order (XLA rounds each)."""
+  result, base, n = None, x, abs(y)
+  while n:
+    if n & 1:
+      result = base if result is None else mul(result, base)
+    n >>= 1
+    if n:
+      base = mul(base, base)
+  if result is None:
+    return x.ones_like()
+  return _div(x.ones_like(), result) if y < 0 else result
+
+
+def _power(x, y):
+  return fm.power(x, y.cast(x.dtype))  # XLA converts an integer exponent to the base's dtype
+
+
+FLOAT_FUNCTIONS = {
+  "exp": fm.exp, "exp2": fm.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": fm.tanh,
+  "logistic": fm.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
+  "atan": fm.atan, "sinh": fm.sinh, "cosh": fm.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
+  "sqrt": lambda x: x.sqrt(), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": fm.erf, "erfc": fm.erfc,
+  "erf_inv": fm.erf_inv, "lgamma": fm.lgamma, "digamma": fm.digamma,
+  "floor": lambda x: x.floor(), "ceil": lambda x: x.ceil(), "is_finite": lambda x: fm.fabs(x) < math.inf,
+}
+for _name, _fn in {**FLOAT_FUNCTIONS, "neg": _neg, "abs": _abs, "sign": _sign, "not": lambda x: ~x,
+                   "square": lambda x: mul(x, x)}.items():
+  register(_name)(_unary(_fn))
+
+@register("div")
+def _div_rule(ctx, x, y):
+  return _div(x, y, broadcast_divisor=ctx.in_avals[1].shape != ctx.out_aval.shape)
+
+
+for _name, _fn in {"add": add, "add_any": add, "sub": sub, "rem": _rem, "max": _max, "min": _min,
+                   "pow": _power, "atan2": fm.atan2, "and": operator.and_, "or": operator.or_,
+                   "xor": operator.xor}.items():
+  register(_name)(_binary(_fn))
+
+
+@register("mul")
+def _mul(ctx, x, y, *, out_dtype=None):
+  return mul(x, y).cast(tg_dtype(ctx.out_aval.dtype))
+
+
+@register("integer_pow")
+def _integer_pow_rule(ctx, x, *, y):
+  return _integer_pow(x, y)
+
+
+@register("round")
+def _round_rule(ctx, x, *, rounding_method):
+  return _round(x, away_from_zero=int(rounding_method) == 0)
+
+
+# --- comparisons
+def _le(x, y):
+  return (x < y) | x.eq(y)  # NB: tinygrad's x <= y is not(x > y), True when either is NaN
+
+
+def _total_order_key(x):
+  """Integers ordering floats like XLA's TOTALORDER: -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN."""
+  if not _is_float(x):
+    return x
+  key = x.bitcast(SINT[x.dtype.itemsize])
+  return (key < 0).where(key ^ ((1 << (fm.width(x) - 1)) - 1), key)
+
+
+for _name, _fn in {"eq": lambda x, y: x.eq(y), "ne": lambda x, y: x.ne(y), "lt": operator.lt, "gt": operator.gt,
+                   "le": _le, "ge": lambda x, y: _le(y, x)}.items():
+  register(_name)(_binary(_fn))
+  if _name in ("eq", "lt", "le"):
+    register(f"{_name}_to")(_binary(lambda x, y, fn=_fn: fn(_total_order_key(x), _total_order_key(y))))
+
+
+# --- shifts and bit counting: on unsigned or signed 32/64-bit views, narrowed explicitly
+def _shift(x, y, kind: str):
+  width = fm.width(x)
+  view = (SINT if kind == "shift_right_arithmetic" else UINT)[x.dtype.itemsize]
+  wide = (SINT if kind == "shift_right_arithmetic" else UINT)[max(x.dtype.itemsize, 4)]
+  amount = fm.bits(y)  # negative amounts are out of range too
+  out_of_range = amount >= width
+  if kind == "shift_right_arithmetic":  # NB: C shifts by >= the width are undefined; XLA fills with the sign
+    amount = out_of_range.where(width - 1, amount)
+  else:
+    amount = out_of_range.where(0, amount)
+  value = x.bitcast(view).cast(wide)
+  shifted = value << amount.cast(wide) if kind == "shift_left" else value >> amount.cast(wide)
+  shifted = shifted.cast(view).bitcast(x.dtype)
+  return shifted if kind == "shift_right_arithmetic" else out_of_range.where(0, shifted)
+
+
+for _kind in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
+  register(_kind)(_binary(lambda x, y, kind=_kind: _shift(x, y, kind)))
+
+
+def _repeated_bytes(byte: int, width: int) -> int:
+  return int.from_bytes(bytes([byte]) * (width // 8), "little")
+
+
+@register("population_count")
+def _population_count(ctx, x):
+  width = max(fm.width(x), 32)
+  v = fm.bits(x).cast(UINT[width // 8])
+  v = v - ((v >> 1) & _repeated_bytes(0x55, width))
+  v = (v & _repeated_bytes(0x33, width)) + ((v >> 2) & _repeated_bytes(0x33, width))
+  v = (v + (v >> 4)) & _repeated_bytes(0x0F, width)
+  return ((v * _repeated_bytes(0x01, width)) >> (width - 8)).cast(x.dtype)
+
+
+@register("clz")
+def _clz(ctx, x):
+  width = max(fm.width(x), 32)
+  v = fm.bits(x).cast(UINT[width // 8])
+  count = v.eq(0).cast(v.dtype)
+  step = width // 2
+  while step:  # binary search for the highest set bit
+    empty = (v >> (width - step)).eq(0)
+    count = count + empty.where(step, 0).cast(v.dtype)
+    v = empty.where(v << step, v)
+    step //= 2
+  return (count - (width - fm.width(x))).cast(x.dtype)
+
+
+# --- selection
+@register("select_n")
+def _select_n(ctx, which, *cases):
+  if len(cases) == 1:
+    return cases[0]
+  if which.dtype == dtypes.bool:
+    return which.where(cases[1], cases[0])
+
+  def pick(offset, cases):  # the binary tree of selects XLA lowers to (out-of-range `which` clamps to the ends)
+    if len(cases) == 1:
+      return cases[0]
+    middle = len(cases) // 2
+    return (which < offset + middle).where(pick(offset, cases[:middle]), pick(offset + middle, cases[middle:]))
+  return pick(0, cases)
+
+
+@register("clamp")
+def _clamp(ctx, low, x, high):
+  return _min(_max(x, low), high)
+
+
+# --- casts and bit-level conversions
+@register("convert_element_type")
+def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
+  dtype = tg_dtype(new_dtype)
+  if dtype == dtypes.bool:
+    return x.ne(0)  # NaN is True
+  if not (_is_float(x) and dtypes.is_int(dtype)):
+    return x.cast(dtype)
+  # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
+  low, high = dtype.min, dtype.max
+  too_low, too_high = (x < low) | x.eq(low), (x > high + 1) | x.eq(high + 1)  # NB: tinygrad's >= is True for NaN
+  in_range = (too_low | too_high | fm.isnan(x)).where(0, x).cast(dtype)
+  return too_high.where(high, too_low.where(low, in_range))
+
+
+@register("bitcast_convert_type")
+def _bitcast_convert_type(ctx, x, *, new_dtype):
+  dtype, shape = tg_dtype(new_dtype), ctx.out_aval.shape
+  if dtype.itemsize > x.dtype.itemsize:  # the last axis of x holds the pieces of one element
+    x = x.reshape(shape[:-1] + (-1,)) if shape else x.reshape(-1)
+  return x.bitcast(dtype).reshape(shape)
+
+
+@register("reduce_precision")
+def _reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
+  """XLA's rounding to a float with fewer bits: mantissa to nearest even, then exponent overflow and underflow."""
+  exponent_width, mantissa_width = {2: (5, 10), 4: (8, 23), 8: (11, 52)}[x.dtype.itemsize]
+  width, v = fm.width(x), fm.bits(x)
+  if mantissa_bits < mantissa_width:
+    dropped = mantissa_width - mantissa_bits
+    v = v + (((v >> dropped) & 1) + ((1 << (dropped - 1)) - 1))
+    v = v & (((1 << width) - 1) ^ ((1 << dropped) - 1))
+  if exponent_bits < exponent_width:
+    exponent_mask = ((1 << exponent_width) - 1) << mantissa_width
+    bias, new_bias = (1 << (exponent_width - 1)) - 1, (1 << (exponent_bits - 1)) - 1
+    exponent, sign = v & exponent_mask, v & (1 << (width - 1))
+    v = (exponent > (bias + new_bias) << mantissa_width).where(
+      sign | exponent_mask, (exponent <= (bias - new_bias) << mantissa_width).where(sign, v))
+  return fm.isnan(x).where(x, v.bitcast(x.dtype))
+
+
+@register("nextafter")
+def _nextafter(ctx, x, y):
+  top = 1 << (fm.width(x) - 1)
+  bx, by = fm.bits(x), fm.bits(y)
+  magnitude_x, magnitude_y = bx & (top - 1), by & (top - 1)
+  toward_zero = (magnitude_x > magnitude_y) | ((bx ^ by) >= top)
+  step = toward_zero.where(bx - 1, bx + 1)
+  from_zero = magnitude_y.eq(0).where(by, (by & top) | 1)  # the smallest denormal, signed like y
+  result = x.eq(y).where(by, magnitude_x.eq(0).where(from_zero, step))
+  return (fm.isnan(x) | fm.isnan(y)).where(math.nan, result.bitcast(x.dtype))

@@ -1,7 +1,167 @@
-"""Reductions: sum, max, min, prod, and, or, xor, argmax, argmin; and the cumulative ops."""
-from tinyjax.backends.tinygrad.table import register
+"""Reductions (reduce_sum, _prod, _max, _min, _and, _or, _xor, argmax, argmin) and the cumulative ops (cumsum,
+cumprod, cummax, cummin, cumlogsumexp), with XLA's results on NaN, signed zeros, empty axes and integer wrap-around.
+
+An order key carries most of it: floats compared as integers (their bits, with the magnitude bits of negatives
+flipped) order -0.0 below +0.0 as XLA's max/min do, and let NaN sort above or below everything, so it propagates.
+The cumulative ops use tinygrad's windowed scans (cummax/cummin on the order key); reverse ones scan the flipped axis.
+"""
+import math
+
+from tinygrad import Tensor, dtypes
+
+from tinyjax.backends.tinygrad.table import register, tg_dtype
+
+_SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+_UNSIGNED = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
-@register("reduce_sum")
-def _reduce_sum(ctx, x, *, axes, out_sharding=None):
-  return x.sum(axis=tuple(axes)) if axes else x
+def _order_key(x, nan_largest: bool):
+  """An integer tensor ordered as XLA orders x's values (-0.0 < +0.0); NaN is the largest or the smallest key."""
+  if not dtypes.is_float(x.dtype):
+    return x
+  key_dtype = _SIGNED[x.dtype.itemsize]
+  bits = x.bitcast(key_dtype)
+  key = (bits < 0).where(bits ^ key_dtype.max, bits)  # negatives: a larger magnitude is a smaller key
+  return x.isnan().where(key_dtype.max if nan_largest else key_dtype.min, key)
+
+
+def _from_key(key, dtype):
+  """The value of an order key (the key map is its own inverse); keys past every float's are NaN."""
+  if not dtypes.is_float(dtype):
+    return key
+  return (key < 0).where(key ^ key.dtype.max, key).bitcast(dtype)
+
+
+def _positive_zero(x):
+  # NB: XLA's sums start from the init value +0.0, so a sum of -0.0s is +0.0; tinygrad's keeps -0.0
+  return (x == 0).where(0.0, x) if dtypes.is_float(x.dtype) else x
+
+
+# --- reductions over `axes`
+
+def _sum(x, axes):
+  # NB: tinygrad accumulates small ints and float16 in a wider dtype; XLA accumulates in the operand's dtype
+  total = x.sum(axes, dtype=x.dtype)
+  return _positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
+
+
+def _extreme(pick: str):
+  """reduce_max / reduce_min on the order key: NaN propagates and -0.0 < +0.0, where tinygrad drops NaN."""
+  def reduce(x, axes):
+    return _from_key(getattr(_order_key(x, nan_largest=pick == "max"), pick)(axes), x.dtype)
+  return reduce
+
+
+def _bitwise(reduce_bits):
+  """reduce_and / _or / _xor: each bit position reduced on its own (tinygrad reduces only by add, mul and max)."""
+  def reduce(x, axes):
+    width = 1 if x.dtype == dtypes.bool else 8 * x.dtype.itemsize
+    unsigned = dtypes.uint8 if x.dtype == dtypes.bool else _UNSIGNED[x.dtype.itemsize]
+    shifts = Tensor.arange(width, dtype=unsigned)
+    bits = ((x.cast(unsigned) if x.dtype == dtypes.bool else x.bitcast(unsigned)).unsqueeze(-1) >> shifts) & 1
+    joined = (reduce_bits(bits, axes) << shifts).sum(-1, dtype=unsigned)  # the bits are disjoint: sum is or
+    return joined.cast(dtypes.bool) if x.dtype == dtypes.bool else joined.bitcast(x.dtype)
+  return reduce
+
+
+def _reduction(reduce, identity):
+  """A reduce_* rule: `reduce(x, axes)` on non-empty axes, `identity(dtype)` filling the result of empty ones."""
+  def rule(ctx, x, *, axes, out_sharding=None):
+    if not axes:
+      return x
+    dtype = tg_dtype(ctx.out_aval.dtype)
+    if math.prod(x.shape[a] for a in axes) == 0:
+      return Tensor.full(ctx.out_aval.shape, identity(dtype), dtype=dtype, device=ctx.device)
+    return reduce(x, tuple(axes)).cast(dtype)
+  return rule
+
+
+def _all_ones(dtype):
+  return True if dtype == dtypes.bool else dtype.max if dtypes.is_unsigned(dtype) else -1
+
+
+register("reduce_sum")(_reduction(_sum, lambda dtype: 0))
+register("reduce_prod")(_reduction(lambda x, axes: x.prod(axes), lambda dtype: 1))
+register("reduce_max")(_reduction(_extreme("max"), lambda dtype: dtype.min))
+register("reduce_min")(_reduction(_extreme("min"), lambda dtype: dtype.max))
+register("reduce_and")(_reduction(_bitwise(lambda bits, axes: bits.min(axes)), _all_ones))
+register("reduce_or")(_reduction(_bitwise(lambda bits, axes: bits.max(axes)), lambda dtype: 0))
+register("reduce_xor")(_reduction(_bitwise(lambda bits, axes: bits.sum(axes, dtype=bits.dtype) & 1), lambda dtype: 0))
+
+
+def _arg_extreme(pick: str):
+  """argmax / argmin: the first index of the extreme value, or of the first NaN (XLA)."""
+  def rule(ctx, x, *, axes, index_dtype):
+    axis, = axes
+    # NB: XLA's argmax takes -0.0 and +0.0 as a tie (the first wins), though its max orders them
+    key = _order_key(_positive_zero(x), nan_largest=pick == "max")
+    size = x.shape[axis]
+    positions = Tensor.arange(size).reshape([size if d == axis else 1 for d in range(x.ndim)])
+    first = (key == getattr(key, pick)(axis, keepdim=True)).where(positions, size).min(axis)
+    return first.cast(tg_dtype(index_dtype))
+  return rule
+
+
+register("argmax")(_arg_extreme("max"))
+register("argmin")(_arg_extreme("min"))
+
+
+# --- cumulative ops along `axis`
+
+def _cumulative(scan):
+  """A cum* rule from `scan(x, axis)`, a forward inclusive scan; reverse scans the flipped axis."""
+  def rule(ctx, x, *, axis, reverse):
+    if not reverse:
+      return scan(x, axis)
+    return scan(x.flip(axis), axis).flip(axis)
+  return rule
+
+
+def _cumsum(x, axis):
+  # NB: tinygrad's cumsum accumulates small ints in int32 (cast back: the same wrap-around as XLA's)
+  total = x.cumsum(axis).cast(x.dtype)
+  return _positive_zero(total) if x.shape[axis] > 1 else total  # XLA passes a length-1 axis through
+
+
+def _cumulative_extreme(pick: str):
+  """cummax / cummin on the order key (see _extreme)."""
+  def scan(x, axis):
+    key = _order_key(x, nan_largest=pick == "max")
+    return _from_key(getattr(key, "cum" + pick)(axis)[0], x.dtype)  # [0]: the values (the indices stay unbuilt)
+  return scan
+
+
+register("cumsum")(_cumulative(_cumsum))
+register("cumprod")(_cumulative(lambda x, axis: x.cumprod(axis)))
+register("cummax")(_cumulative(_cumulative_extreme("max")))
+register("cummin")(_cumulative(_cumulative_extreme("min")))
+
+
+def _log1p(u):
+  """log(1 + u) for u >= 0, accurate for tiny u (tinygrad has no log1p, and folds the usual (1+u)-1 trick):
+  up to 1 as 2 atanh(s) with s = u / (2 + u) <= 1/3, by its odd series."""
+  s = u / (2 + u)
+  s2, series = s * s, 0
+  for power in range(15, 0, -2):
+    series = series * s2 + 1 / power
+  return (u > 1).where((1 + u).log(), 2 * s * series)
+
+
+def _cumlogsumexp(x, axis):
+  """With m_j the running maximum: m_j + log1p(sum of exp(x_i - m_j) over i <= j, leaving out the first maximum);
+  one O(n^2) reduction, as tinygrad's logcumsumexp, which gets -inf, inf and NaN wrong."""
+  # NB: float16 runs in float32 and is rounded once; XLA rounds each step to float16 (both within a few ulp)
+  wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
+  wide = wide.transpose(axis, -1)
+  size = wide.shape[-1]
+  key, first = _order_key(wide, nan_largest=True).cummax(-1)
+  peak = _from_key(key, wide.dtype)
+  position = Tensor.arange(size)
+  counted = (position <= position.reshape(size, 1)) & (position != first.unsqueeze(-1))  # [..., j, i]
+  rest = counted.where((wide.unsqueeze(-2) - peak.unsqueeze(-1)).exp(), 0).sum(-1)
+  # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
+  total = (peak.isinf() | peak.isnan()).where(peak, peak + _log1p(rest))
+  return total.transpose(axis, -1).cast(x.dtype)
+
+
+register("cumlogsumexp")(_cumulative(_cumlogsumexp))

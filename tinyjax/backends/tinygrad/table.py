@@ -8,7 +8,11 @@ import dataclasses
 from typing import Any, Callable
 
 RULES: dict[str, Callable] = {}
-HOST_SYNC: set[str] = set()  # rules that read values on the host (a data-dependent loop): never captured by TinyJit
+# Rules that read values on the host (a data-dependent loop) or replay a TinyJit of their own: a program with one
+# is never captured by TinyJit. name -> whether the equation's params make it so.
+HOST_SYNC: dict[str, Callable[..., bool]] = {}
+KEY_RULES: set[str] = set()  # rules that take typed threefry keys (`key<fry>`), as their raw uint32 data
+KEY_LAYOUTS: dict[str, Callable] = {}  # layout rules that run on a key array's raw data: name -> params for it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,15 +27,27 @@ class RuleContext:
     return self.out_avals[0]
 
 
-def register(*names: str, host_sync: bool = False):
-  """Decorator: `rule` implements the primitives `names` on tinygrad."""
+def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: bool = False):
+  """Decorator: `rule` implements the primitives `names` on tinygrad. `host_sync`: True, or a predicate of the
+  equation's params (`host_sync(**params)`); `keys`: the rule also takes typed threefry keys."""
   def decorate(rule):
     for name in names:
       assert name not in RULES, f"two tinygrad rules for {name}"
       RULES[name] = rule
       if host_sync:
-        HOST_SYNC.add(name)
+        HOST_SYNC[name] = host_sync if callable(host_sync) else lambda **params: True
+      if keys:
+        KEY_RULES.add(name)
     return rule
+  return decorate
+
+
+def key_layout(name: str):
+  """Decorator: the layout primitive `name` (slice, reshape, ...) runs on typed keys through its own rule, applied
+  to the keys' raw data (trailing key dimension) with the params that `adjust(out_avals, **params)` returns."""
+  def decorate(adjust):
+    KEY_LAYOUTS[name] = adjust
+    return adjust
   return decorate
 
 

@@ -1,0 +1,314 @@
+"""dot_general, conv_general_dilated and the reduce_window family on tinygrad, against JAX on XLA."""
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import tinyjax.report
+from oracle import check, check_lax
+from tinyjax.core.mirror import wrap
+from xfail import param
+
+# float32 (and float16) sums of products run in another order than XLA's: allow a few ulp of the sum's terms.
+TOLERANCE = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float16: dict(rtol=2e-3, atol=2e-3)}
+
+
+def data(shape, dtype, seed=0):
+  rng = np.random.default_rng(seed)
+  if dtype == np.bool_:
+    return rng.random(shape) < 0.5
+  if np.issubdtype(dtype, np.integer):
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
+  return rng.standard_normal(shape).astype(dtype)
+
+
+def check_traced(fn, *args, **kwargs):
+  """fn, a function written against JAX (flax, a lax call with static arguments), on JAX and traced by tinyjax."""
+  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
+
+
+# --- dot_general
+
+DOT_CASES = {  # id: (lhs shape, rhs shape, dimension_numbers)
+  "matmul": ((3, 4), (4, 5), (((1,), (0,)), ((), ()))),
+  "vector": ((4,), (4,), (((0,), (0,)), ((), ()))),
+  "matvec": ((3, 4), (4,), (((1,), (0,)), ((), ()))),
+  "transposed": ((4, 3), (5, 4), (((0,), (1,)), ((), ()))),
+  "batched": ((2, 3, 4), (2, 4, 5), (((2,), (1,)), ((0,), (0,)))),
+  "batch_inside": ((3, 2, 4), (4, 5, 2), (((2,), (0,)), ((1,), (2,)))),
+  "two_contracted": ((2, 3, 4), (3, 4, 5), (((1, 2), (0, 1)), ((), ()))),
+  "outer": ((3,), (4,), (((), ()), ((), ()))),
+  "empty_contraction": ((3, 0), (0, 4), (((1,), (0,)), ((), ()))),
+  "free_dims": ((2, 3, 4), (4, 5, 2), (((2,), (0,)), ((), ()))),
+  "two_batch": ((2, 3, 4, 5), (3, 2, 5, 2), (((3,), (2,)), ((0, 1), (1, 0)))),
+}
+DTYPES = [np.float32, np.float16, np.int32, np.int8, np.bool_]
+
+
+@pytest.mark.parametrize("dtype,case", [param(d, c, name="dot_general", dtype=d, id=f"{c}-{d.__name__}")
+                                        for d in DTYPES for c in DOT_CASES])
+def test_dot_general(dtype, case):
+  lhs_shape, rhs_shape, dimension_numbers = DOT_CASES[case]
+  check_lax("dot_general", data(lhs_shape, dtype, 1), data(rhs_shape, dtype, 2), dimension_numbers=dimension_numbers,
+            **TOLERANCE.get(dtype, {}))
+
+
+MATMUL = (((1,), (0,)), ((), ()))
+I8, I32 = np.iinfo(np.int8), np.iinfo(np.int32)
+
+
+@pytest.mark.parametrize("lhs,rhs,preferred", [
+  param(data((3, 4), np.int8, 1), data((4, 5), np.int8, 2), np.int32, name="dot_general", id="int8-to-int32"),
+  param(np.full((2, 64), I8.min, np.int8), np.full((64, 2), I8.min, np.int8), np.int32, name="dot_general",
+        id="int8-extremes-to-int32"),
+  param(np.full((2, 3), I8.max, np.int8), np.full((3, 2), I8.min, np.int8), None, name="dot_general",
+        id="int8-wraps"),
+  param(np.array([[I32.max, I32.min, 2**30]], np.int32), np.array([[3], [-1], [7]], np.int32), None,
+        name="dot_general", id="int32-wraps"),
+  param(data((3, 4), np.float16, 1), data((4, 5), np.float16, 2), np.float32, name="dot_general", id="f16-to-f32"),
+  param(data((3, 4), np.int8, 1), data((4, 5), np.int8, 2), np.float32, name="dot_general", id="int8-to-f32"),
+])
+def test_dot_general_preferred_element_type(lhs, rhs, preferred):
+  check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL, preferred_element_type=preferred,
+            **TOLERANCE[np.float32] if preferred == np.float32 else {})
+
+
+def test_dot_general_edge_values():
+  lhs = np.array([[np.inf, 1.0, 0.0], [np.nan, 1.0, 2.0], [-np.inf, 0.0, 1.0], [1e30, 1e30, 0.0]], np.float32)
+  rhs = np.array([[0.0, 1.0, 2.0], [1.0, np.inf, -1.0], [3.0, -np.inf, 1.0]], np.float32)
+  check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL, precision=lax.Precision.HIGHEST)
+
+
+# --- conv_general_dilated
+
+CONV_CASES = {  # id: (lhs shape, rhs shape, params)
+  "nchw": ((2, 3, 6, 5), (4, 3, 3, 2), dict(window_strides=(1, 1), padding="VALID")),
+  "strided_same": ((2, 3, 7, 6), (4, 3, 3, 3), dict(window_strides=(2, 3), padding="SAME")),
+  "pads": ((1, 2, 5, 5), (3, 2, 2, 3), dict(window_strides=(1, 1), padding=((2, 1), (0, 3)))),
+  "negative_pads": ((1, 2, 7, 6), (3, 2, 2, 2), dict(window_strides=(1, 2), padding=((-1, 2), (1, -2)))),
+  "lhs_dilation": ((1, 2, 4, 5), (3, 2, 3, 2), dict(window_strides=(1, 1), padding=((2, 2), (1, 1)),
+                                                    lhs_dilation=(2, 3))),
+  "rhs_dilation": ((2, 2, 7, 7), (3, 2, 3, 2), dict(window_strides=(1, 2), padding="SAME", rhs_dilation=(2, 3))),
+  "feature_groups": ((2, 4, 5, 5), (6, 2, 3, 3), dict(window_strides=(1, 1), padding="SAME", feature_group_count=2)),
+  "depthwise": ((1, 3, 5, 5), (3, 1, 3, 3), dict(window_strides=(1, 1), padding="VALID", feature_group_count=3)),
+  "batch_groups": ((4, 3, 5, 5), (6, 3, 2, 2), dict(window_strides=(1, 1), padding="VALID", batch_group_count=2)),
+  "nhwc_hwio": ((2, 6, 5, 3), (3, 2, 3, 4), dict(window_strides=(2, 1), padding="SAME",
+                                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))),
+  "mixed_layouts": ((5, 2, 6, 3), (3, 4, 2, 2), dict(window_strides=(1, 1), padding=((1, 0), (0, 1)),
+                                                     dimension_numbers=("HNWC", "IOWH", "CWNH"))),
+  "1d": ((2, 3, 9), (4, 3, 3), dict(window_strides=(2,), padding=((1, 2),), rhs_dilation=(2,))),
+  "1d_nwc": ((2, 9, 3), (3, 3, 4), dict(window_strides=(1,), padding="SAME", dimension_numbers=("NWC", "WIO", "NWC"))),
+  "3d": ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(window_strides=(1, 2, 1), padding=((1, 0), (1, 1), (0, 2)), lhs_dilation=(1, 1, 2))),
+  "3d_ndhwc": ((1, 4, 4, 3, 2), (2, 2, 2, 2, 3), dict(window_strides=(2, 1, 1), padding="VALID",
+                                                      dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))),
+  "empty_output": ((1, 1, 2, 2), (1, 1, 3, 3), dict(window_strides=(1, 1), padding="VALID")),
+}
+
+
+@pytest.mark.parametrize("dtype,case", [param(np.float32, c, name="conv_general_dilated", dtype=np.float32, id=c)
+                                        for c in CONV_CASES] +
+                         [param(d, c, name="conv_general_dilated", dtype=d, id=f"{c}-{d.__name__}")
+                          for d in (np.float16, np.int32) for c in ("strided_same", "feature_groups", "batch_groups")])
+def test_conv_general_dilated(dtype, case):
+  lhs_shape, rhs_shape, params = CONV_CASES[case]
+  check_lax("conv_general_dilated", data(lhs_shape, dtype, 1), data(rhs_shape, dtype, 2), **params,
+            **TOLERANCE.get(dtype, {}))
+
+
+@pytest.mark.parametrize("lhs_dtype,preferred", [
+  param(np.int8, np.int32, name="conv_general_dilated", dtype=np.int8, id="int8-to-int32"),
+  param(np.float16, np.float32, name="conv_general_dilated", dtype=np.float16, id="f16-to-f32"),
+])
+def test_conv_preferred_element_type(lhs_dtype, preferred):
+  check_lax("conv_general_dilated", data((2, 3, 5, 5), lhs_dtype, 1), data((4, 3, 3, 3), lhs_dtype, 2),
+            window_strides=(1, 1), padding="SAME", preferred_element_type=preferred, **TOLERANCE[np.float32])
+
+
+def test_conv_edge_values():
+  lhs = np.zeros((1, 1, 3, 3), np.float32)
+  lhs[0, 0] = [[np.nan, 1, 2], [np.inf, -np.inf, 0], [-0.0, 3, 1e30]]
+  check_lax("conv_general_dilated", lhs, np.ones((1, 1, 2, 2), np.float32), window_strides=(1, 1), padding="SAME")
+
+
+# The convs of jax.grad of a conv loss, w.r.t. the input and the kernel: their params as JAX's transpose rules make
+# them (lhs_dilation for strides, swapped dimension numbers, feature/batch group counts for grouped convs).
+GRAD_CASES = {  # id: (lhs shape, rhs shape, params of the forward conv)
+  "nhwc_strided": ((2, 6, 6, 3), (3, 3, 3, 4), dict(window_strides=(2, 2), padding="SAME",
+                                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))),
+  "nchw_dilated": ((2, 2, 7, 6), (3, 2, 3, 2), dict(window_strides=(1, 2), padding=((1, 1), (2, 0)),
+                                                    rhs_dilation=(2, 1))),
+  "grouped": ((2, 6, 6, 4), (3, 3, 2, 6), dict(window_strides=(1, 1), padding="SAME", feature_group_count=2,
+                                               dimension_numbers=("NHWC", "HWIO", "NHWC"))),
+  "depthwise_strided": ((2, 3, 7, 7), (3, 1, 3, 3), dict(window_strides=(2, 2), padding="VALID",
+                                                         feature_group_count=3)),
+  "1d": ((3, 2, 8), (4, 2, 3), dict(window_strides=(2,), padding="SAME")),
+}
+
+
+def _grad_convs(case):
+  """The conv_general_dilated equations of jax.grad(loss) for both operands, as (lhs aval, rhs aval, params)."""
+  lhs_shape, rhs_shape, params = GRAD_CASES[case]
+  def loss(x, w):
+    return jnp.sum(jnp.sin(lax.conv_general_dilated(x, w, **params)))
+  closed = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(np.ones(lhs_shape, np.float32),
+                                                          np.ones(rhs_shape, np.float32))
+  return [(e.invars[0].aval, e.invars[1].aval, e.params) for e in closed.jaxpr.eqns
+          if e.primitive.name == "conv_general_dilated"]
+
+
+@pytest.mark.parametrize("case,which", [param(c, i, name="conv_general_dilated", id=f"{c}-{i}")
+                                        for c in GRAD_CASES for i in range(3)])
+def test_conv_gradient_convs(case, which):
+  convs = _grad_convs(case)
+  assert len(convs) == 3  # the forward conv and one per operand
+  if GRAD_CASES[case][2].get("feature_group_count", 1) > 1:  # the kernel's gradient of a grouped conv
+    assert any(params["batch_group_count"] > 1 for _, _, params in convs)
+  lhs_aval, rhs_aval, params = convs[which]
+  check_lax("conv_general_dilated", data(lhs_aval.shape, np.float32, 1), data(rhs_aval.shape, np.float32, 2),
+            **params, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+def test_convolve(mode):
+  check(lambda np_, x, y: np_.convolve(x, y, mode=mode), data((9,), np.float32, 1), data((4,), np.float32, 2),
+        **TOLERANCE[np.float32])
+
+
+# --- reduce_window family
+
+WINDOW_CASES = {  # id: (shape, window_dimensions, window_strides, padding, base_dilation, window_dilation)
+  "pool": ((2, 6, 4, 3), (1, 2, 2, 1), (1, 2, 2, 1), "VALID", None, None),
+  "same": ((2, 5, 5, 2), (1, 3, 3, 1), (1, 2, 2, 1), "SAME", None, None),
+  "pads": ((5, 6), (2, 3), (1, 2), ((1, 2), (3, 0)), None, None),
+  "negative_pads": ((6, 7), (2, 2), (1, 1), ((-1, 1), (2, -3)), None, None),
+  "base_dilation": ((4, 5), (2, 3), (1, 1), ((1, 0), (0, 1)), (2, 3), None),
+  "window_dilation": ((7, 8), (2, 3), (2, 1), ((0, 0), (1, 1)), None, (3, 2)),
+  "1d_cumulative": ((6,), (6,), (1,), ((5, 0),), None, None),
+  "3d": ((3, 4, 5), (2, 2, 3), (1, 2, 1), "SAME", None, None),
+}
+REDUCERS = {"sum": (lax.add, 0), "max": (lax.max, -np.inf), "min": (lax.min, np.inf)}
+WINDOW_DTYPES = [np.float32, np.float16, np.int32, np.int8]
+
+
+def _window_fn(reducer, dtype, window):
+  """lax.reduce_window with a constant identity init, which JAX turns into reduce_window_<reducer>."""
+  _, dims, strides, padding, base_dilation, window_dilation = window
+  computation, init = REDUCERS[reducer]
+  if np.issubdtype(dtype, np.integer) and reducer != "sum":
+    init = np.iinfo(dtype).min if reducer == "max" else np.iinfo(dtype).max
+  return functools.partial(lax.reduce_window, init_value=np.array(init, dtype), computation=computation,
+                           window_dimensions=dims, window_strides=strides, padding=padding,
+                           base_dilation=base_dilation, window_dilation=window_dilation)
+
+
+@pytest.mark.parametrize("reducer,dtype,case", [
+  param(r, d, c, name=f"reduce_window_{r}", dtype=d, id=f"{r}-{c}-{d.__name__}")
+  for r in REDUCERS for d in WINDOW_DTYPES for c in (WINDOW_CASES if d == np.float32 else ("pool", "base_dilation"))])
+def test_reduce_window_monoid(reducer, dtype, case):
+  fn = _window_fn(reducer, dtype, WINDOW_CASES[case])
+  shape = WINDOW_CASES[case][0]
+  assert f"reduce_window_{reducer}[" in str(jax.make_jaxpr(fn)(np.zeros(shape, dtype)))
+  check_traced(fn, data(shape, dtype), **TOLERANCE.get(dtype, {}))
+
+
+EDGE_WINDOWS = {  # a 1-D operand and the windows that make its edge cases meet
+  np.float32: np.array([np.nan, 1.0, -0.0, 0.0, -0.0, -np.inf, np.inf, 2.0, 0.0, -0.0, -0.0, 3e38, 3e38],
+                       np.float32),
+  np.float16: np.array([1.0, np.nan, -0.0, 0.0, 0.0, -0.0, np.inf, 60000, 60000, -np.inf], np.float16),
+  np.int32: np.array([I32.min, I32.max, I32.max, 1, I32.min, I32.min, -1, 0], np.int32),
+  np.int8: np.array([I8.min, I8.max, 5, I8.max, I8.min, I8.min, 0], np.int8),
+}
+
+
+@pytest.mark.parametrize("reducer,dtype", [param(r, d, name=f"reduce_window_{r}", dtype=d, id=f"{r}-{d.__name__}")
+                                           for r in REDUCERS for d in EDGE_WINDOWS])
+def test_reduce_window_edge_values(reducer, dtype):
+  """NaN propagates, -0.0 < +0.0, sums overflow to inf or wrap, and padding never wins."""
+  window = (EDGE_WINDOWS[dtype].shape, (2,), (1,), ((1, 1),), None, None)
+  check_traced(_window_fn(reducer, dtype, window), EDGE_WINDOWS[dtype])
+
+
+GENERIC_CASES = {  # id: (dtype, init, computation)
+  "add_init": (np.float32, 10.0, lax.add),
+  "mul": (np.float32, 1.0, lax.mul),
+  "max_init": (np.float32, 0.0, lax.max),
+  "min_inf": (np.float32, np.inf, lax.min),
+  "int_add": (np.int32, 3, lax.add),
+  "int_mul": (np.int32, -2, lax.mul),
+  "int_max": (np.int8, -5, lax.max),
+  "bool_and": (np.bool_, True, lax.bitwise_and),
+  "bool_or": (np.bool_, False, lax.bitwise_or),
+  "not_a_monoid": (np.float32, 0.5, lambda a, b: a * 0.5 + b),
+}
+
+
+@pytest.mark.parametrize("case,window", [param(c, w, name="reduce_window", dtype=GENERIC_CASES[c][0], id=f"{c}-{w}")
+                                         for c in GENERIC_CASES for w in ("same", "base_dilation")])
+def test_reduce_window_generic(case, window):
+  """An init value passed as an array keeps JAX from recognizing the monoid: the reduce_window primitive."""
+  dtype, init, computation = GENERIC_CASES[case]
+  shape, dims, strides, padding, base_dilation, window_dilation = WINDOW_CASES[window]
+  check_lax("reduce_window", data(shape, dtype), np.array(init, dtype), computation, dims, strides, padding,
+            base_dilation, window_dilation, **TOLERANCE.get(dtype, {}))
+
+
+def test_reduce_window_variadic():
+  """A window argmax: two operands reduced together by a comparing body."""
+  def argmax_body(a, b):
+    a_value, a_index = a
+    b_value, b_index = b
+    take_a = (a_value > b_value) | ((a_value == b_value) & (a_index < b_index))
+    return lax.select(take_a, a_value, b_value), lax.select(take_a, a_index, b_index)
+  values = data((5, 6), np.float32)
+  indices = np.arange(30, dtype=np.int32).reshape(5, 6)
+  check_lax("reduce_window", (values, indices), (np.array(-np.inf, np.float32), np.array(-1, np.int32)), argmax_body,
+            (2, 3), (1, 2), ((1, 0), (0, 1)))
+
+
+# --- flax layers through tinyjax
+
+POOLS = {
+  "avg_pool": functools.partial(nn.avg_pool, window_shape=(2, 2), strides=(2, 2)),
+  "avg_pool_same_exclude_pad": functools.partial(nn.avg_pool, window_shape=(3, 3), strides=(2, 2), padding="SAME",
+                                                 count_include_pad=False),
+  "max_pool": functools.partial(nn.max_pool, window_shape=(2, 2), strides=(2, 2)),
+  "max_pool_same": functools.partial(nn.max_pool, window_shape=(3, 3), strides=(1, 1), padding="SAME"),
+  "min_pool": functools.partial(nn.pooling.min_pool, window_shape=(2, 3), padding=((1, 0), (0, 1))),
+}
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_flax_pooling(pool):
+  check_traced(POOLS[pool], data((2, 6, 6, 3), np.float32), **TOLERANCE[np.float32])
+
+
+class SeedCNN(nn.Module):
+  """The flax CNN of the seed notebook (shared/seeds/000_*.txt), on 8x8 images."""
+  @nn.compact
+  def __call__(self, x):
+    x = nn.avg_pool(nn.silu(nn.Conv(features=8, kernel_size=(3, 3))(x)), window_shape=(2, 2), strides=(2, 2))
+    x = nn.avg_pool(nn.silu(nn.Conv(features=16, kernel_size=(3, 3))(x)), window_shape=(2, 2), strides=(2, 2))
+    x = nn.silu(nn.Dense(features=32)(x.reshape((x.shape[0], -1))))
+    return nn.Dense(features=10)(x)
+
+
+LAYERS = {  # id: (module, the primitives it must run on tinygrad)
+  "conv": (nn.Conv(features=4, kernel_size=(3, 3), strides=(2, 1)), {"conv_general_dilated"}),
+  "dense": (nn.Dense(features=5), {"dot_general"}),
+  "cnn": (SeedCNN(), {"conv_general_dilated", "reduce_window_sum", "dot_general"}),
+}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_flax_layers(layer):
+  images = data((2, 8, 8, 1), np.float32)
+  module, primitives = LAYERS[layer]
+  params = module.init(jax.random.key(0), images)
+  with tinyjax.report.collecting() as report:
+    check_traced(lambda x: module.apply(params, x), images, **TOLERANCE[np.float32])
+  assert primitives <= {p for backend, p in report.primitives if backend == "tinygrad"}, report

@@ -1,0 +1,57 @@
+"""Differential tests of the whole public jax.numpy API: each call gives JAX's exact result through tinyjax.numpy.
+
+The calls are in numpy_cases.py. Equations without a tinygrad rule yet may run on XLA here (native_only=False):
+the point is that tinyjax.numpy computes what jax.numpy computes, whichever backend runs each equation.
+"""
+import jax.numpy as jnp
+import pytest
+
+import tinyjax
+import tinyjax.numpy as tnp
+from numpy_cases import CASES, NOT_ARRAY_FUNCTIONS, SUBMODULES
+from oracle import check
+from xfail import XFAIL, param
+
+
+def xfail_name(name: str) -> str:
+  """The key of a jax.numpy function in the expected-failure table (apart from primitives of the same name)."""
+  return f"jnp.{name}"
+
+
+def public_names() -> set[str]:
+  names = {n for n in dir(jnp) if not n.startswith("_")} - set(SUBMODULES)
+  for module in SUBMODULES:
+    names |= {f"{module}.{n}" for n in dir(getattr(jnp, module)) if not n.startswith("_")}
+  return names
+
+
+@pytest.mark.parametrize("name,case", [param(case.function, case, name=xfail_name(case.name), dtype=case.dtype,
+                                             id=case.id) for case in CASES])
+def test_function(name, case):
+  arrays = [x.make() for x in case.inputs]
+  if case.raises is not None:
+    with pytest.raises(case.raises):
+      case.run(jnp, *arrays)
+    with pytest.raises(case.raises):
+      case.run(tnp, *arrays)
+      tinyjax.flush()
+    return
+  check(case.run, *arrays, native_only=False, rtol=case.rtol, atol=case.atol)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_ARRAY_FUNCTIONS))
+def test_not_array_function_is_jax_own(name):
+  expected = tinyjax.Array if name == "ndarray" else getattr(jnp, name)
+  assert getattr(tnp, name) is expected
+
+
+def test_every_public_name_is_accounted_for():
+  public = public_names()
+  covered = {case.function for case in CASES} & public
+  xfailed = {key[0].removeprefix("jnp.") for key in XFAIL if key[0].startswith("jnp.")}
+  missing = public - covered - set(NOT_ARRAY_FUNCTIONS) - xfailed
+  assert not missing, f"public jax.numpy names with no case, no reason and no expected failure: {sorted(missing)}"
+  unknown = {case.function for case in CASES if case.function != "operator"} - public
+  assert not unknown, f"cases for names jax.numpy does not have: {sorted(unknown)}"
+  assert not set(NOT_ARRAY_FUNCTIONS) - public, "NOT_ARRAY_FUNCTIONS lists names jax.numpy does not have"
+  assert not set(NOT_ARRAY_FUNCTIONS) & covered, "a name is both called by cases and listed as no array function"

@@ -1,0 +1,393 @@
+"""Indexing primitives: gather, the scatter family (scatter, scatter-add, scatter-mul, scatter-min, scatter-max),
+dynamic_slice, dynamic_update_slice, and the max-pool pair select_and_scatter_add / select_and_gather_add.
+
+Shapes are static and indices are data, so each rule compares positions against an arange and reduces: a gather
+picks, for each output element, the one operand element at its position; a scatter reduces, for each operand
+element, the updates that land on it. Picked values travel as integers of the same width (`to_bits`), so NaN
+payloads and signed zeros move exactly; min and max compare `order_key`s, integers in XLA's order of the values.
+"""
+import math
+import operator
+
+import numpy as np
+from jax.extend.core import ClosedJaxpr
+from jax.lax import GatherScatterMode
+from tinygrad import Tensor, dtypes
+
+from tinyjax.backends.tinygrad.contraction import _windows
+from tinyjax.backends.tinygrad.table import register, tg_dtype
+
+_SAME_WIDTH_INT = {1: dtypes.uint8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def arange(n: int, device, dtype=dtypes.int32):
+  """0..n-1 on `device` (tinygrad's arange makes it on the default device)."""
+  return Tensor.arange(n, dtype=dtype).to(device)
+
+
+def to_bits(x, dtype):
+  """`x` as integers of the same width (booleans as uint8): a sum with at most one nonzero term moves them exactly."""
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return x.cast(dtypes.uint8)
+  return x.bitcast(_SAME_WIDTH_INT[dtype.itemsize]) if dtype.kind == "f" else x
+
+
+def from_bits(bits, dtype):
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return bits != 0
+  if dtype.kind == "f":
+    return bits.cast(_SAME_WIDTH_INT[dtype.itemsize]).bitcast(tg_dtype(dtype))
+  return bits.cast(tg_dtype(dtype))
+
+
+def pick(mask, values, axis: int, dtype):
+  """The element of `values` where `mask` holds along `axis` (at most one does; zero bits where none does)."""
+  bits = to_bits(values, dtype)
+  return from_bits(mask.where(bits, 0).sum(axis, dtype=bits.dtype), dtype)
+
+
+def _flip_negative(bits):
+  """Flips all but the sign bit of negative integers: IEEE bits to integers in the floats' order, and back."""
+  return (bits < 0).where(bits ^ (2 ** (8 * bits.dtype.itemsize - 1) - 1), bits)
+
+
+def order_key(x, dtype):
+  """Integers in XLA's total order of `dtype`'s values: for floats -NaN < -inf < -0.0 < 0.0 < inf < NaN."""
+  dtype = np.dtype(dtype)
+  return _flip_negative(x.bitcast(_SAME_WIDTH_INT[dtype.itemsize])) if dtype.kind == "f" else to_bits(x, dtype)
+
+
+def from_order_key(key, dtype):
+  return from_bits(_flip_negative(key) if np.dtype(dtype).kind == "f" else key, dtype)
+
+
+def key_limit(dtype, largest: bool) -> int:
+  """The largest or smallest order_key of `dtype` can hold (for floats, beyond every key of a value but NaN's)."""
+  dtype = np.dtype(dtype)
+  info = np.iinfo(f"int{8 * dtype.itemsize}" if dtype.kind == "f" else np.uint8 if dtype == np.bool_ else dtype)
+  return int(info.max if largest else info.min)
+
+
+def extreme(dtype, largest: bool):
+  """The largest or smallest value of `dtype` (infinities for floats)."""
+  dtype = np.dtype(dtype)
+  if dtype.kind == "f":
+    return math.inf if largest else -math.inf
+  return bool(largest) if dtype == np.bool_ else key_limit(dtype, largest)
+
+
+def _empty(aval, device):
+  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=device)
+
+
+def _clamped_start(start, dtype, high: int):
+  """An integer start clamped to [0, high] as XLA clamps it (int32), and whether it was in that range already."""
+  info = np.iinfo(dtype)
+  inside, clamped = Tensor.full(start.shape, True, device=start.device), start
+  if info.min < 0:
+    inside, clamped = inside & (start >= 0), clamped.maximum(0)
+  if high < info.max:  # a bound the index dtype cannot hold would wrap when made a constant of it
+    inside, clamped = inside & (start <= high), clamped.minimum(high)
+  return clamped.cast(dtypes.int32), inside
+
+
+def _targets(indices, index_dtype, shape, window, index_map, index_batching):
+  """Where the elements of each gathered or scattered slice are, for XLA's index layout (index vector last).
+
+  The index batch dims are permuted to (index_batching..., the others...), so that the first ones line up with the
+  operand's batching dims. Returns `flat` (batch..., window of the indexed dims...): the int32 position of each
+  slice element among the operand's indexed dims (sorted, flattened), its start clamped so that the slice fits;
+  and `inside` (batch...): whether every start of the slice was in range.
+  """
+  n_batch = indices.ndim - 1
+  indices = indices.permute(*index_batching, *[d for d in range(n_batch) if d not in index_batching], n_batch)
+  indexed = sorted(index_map)
+  flat = Tensor.zeros(*indices.shape[:-1], *[window[d] for d in indexed], dtype=dtypes.int32, device=indices.device)
+  inside = Tensor.full(indices.shape[:-1], True, device=indices.device)
+  for k, d in enumerate(index_map):
+    start, ok = _clamped_start(indices[..., k], index_dtype, shape[d] - window[d])
+    inside = inside & ok
+    axis = indexed.index(d)
+    offsets = arange(window[d], indices.device).reshape(
+      [window[d] if a == axis else 1 for a in range(len(indexed))])
+    stride = math.prod(shape[e] for e in indexed[axis + 1:])
+    flat = flat + (start.reshape(*start.shape, *[1] * len(indexed)) + offsets) * stride
+  return flat, inside
+
+
+def _one_hot(flat, size: int, trailing: int):
+  """flat[..., None] == arange(size), with `trailing` unit axes after the new one."""
+  positions = arange(size, flat.device).reshape(size, *[1] * trailing)
+  return flat.reshape(*flat.shape, 1, *[1] * trailing) == positions
+
+
+def _batch_order(n_batch: int, index_batching) -> list:
+  return [*index_batching, *[d for d in range(n_batch) if d not in index_batching]]
+
+
+# --- gather
+
+def _fill_value(dtype, fill_value):
+  """FILL_OR_DROP's value for out-of-range slices: JAX's default is NaN, the lowest int, the highest uint, True."""
+  if fill_value is not None:
+    return np.asarray(fill_value).item()
+  dtype = np.dtype(dtype)
+  return math.nan if dtype.kind == "f" else extreme(dtype, largest=dtype.kind in "ub")
+
+
+@register("gather")
+def _gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill_value, indices_are_sorted,
+            unique_indices):
+  """The operand as (batching..., indexed dims flattened, other dims cut to the slice...) against `flat`'s
+  (batch..., window of the indexed dims...): a one-hot pick over the flattened dims, then XLA's output layout.
+  NB: XLA clamps out-of-range starts (PROMISE_IN_BOUNDS and CLIP alike); FILL_OR_DROP fills those slices instead.
+  """
+  dnums, out, dtype = dimension_numbers, ctx.out_aval, ctx.in_avals[0].dtype
+  if out.size == 0:
+    return _empty(out, ctx.device)
+  batching, indexed = list(dnums.operand_batching_dims), sorted(dnums.start_index_map)
+  others = [d for d in range(operand.ndim) if d not in batching and d not in indexed]
+  flat, inside = _targets(indices, ctx.in_avals[1].dtype, operand.shape, slice_sizes, dnums.start_index_map,
+                          dnums.start_indices_batching_dims)
+  n_indexed = math.prod(operand.shape[d] for d in indexed)
+  source = operand.shrink(tuple((0, slice_sizes[d]) if d in others else None for d in range(operand.ndim)))
+  source = source.permute(*batching, *indexed, *others).reshape(
+    *[operand.shape[d] for d in batching], *[1] * (flat.ndim - len(batching)), n_indexed,
+    *[slice_sizes[d] for d in others])
+  result = pick(_one_hot(flat, n_indexed, len(others)), source, flat.ndim, dtype)
+  if GatherScatterMode.from_any(mode) == GatherScatterMode.FILL_OR_DROP:
+    inside = inside.reshape(*inside.shape, *[1] * (len(indexed) + len(others)))
+    result = inside.where(result, _fill_value(dtype, fill_value))
+  # result's axes: the index batch dims in _targets' order, then the window of the indexed and the other dims
+  n_batch = indices.ndim - 1
+  labels = [("batch", d) for d in _batch_order(n_batch, dnums.start_indices_batching_dims)]
+  labels += [("window", d) for d in (*indexed, *others)]
+  kept = [label for label in labels if label[0] == "batch" or label[1] not in dnums.collapsed_slice_dims]
+  windows = iter(d for d in range(operand.ndim) if d not in dnums.collapsed_slice_dims and d not in batching)
+  batches = iter(range(n_batch))
+  wanted = [("window", next(windows)) if axis in dnums.offset_dims else ("batch", next(batches))
+            for axis in range(out.ndim)]
+  result = result.reshape([size for label, size in zip(labels, result.shape) if label in kept])
+  return result.permute([kept.index(label) for label in wanted])
+
+
+# --- scatter family: combine(ctx, base, hits, updates, axis) reduces the updates that hit each operand element
+
+def _combine_replace(body=None, apply_once=False):
+  """Plain scatter: the last update in order wins, as on XLA's CPU. With a body (lax.scatter_apply), XLA applies it
+  once per update that lands: a loop over the number of updates, or one step when indices are unique."""
+  def combine(ctx, base, hits, updates, axis):
+    positions = arange(hits.shape[axis], ctx.device).reshape(-1, *[1] * (hits.ndim - axis - 1))
+    last = hits.where(positions, -1).max(axis, keepdim=True)
+    value = pick(positions == last, updates, axis, ctx.out_aval.dtype)
+    if body is None:
+      return (last.squeeze(axis) >= 0).where(value, base)
+    count = hits.sum(axis, dtype=dtypes.int32)
+    for times in range(1 if apply_once else hits.shape[axis]):
+      base = (count > times).where(ctx.backend.run_jaxpr(body, base, value)[0], base)
+    return base
+  return combine
+
+
+def _combine_sum(ctx, base, hits, updates, axis):
+  dtype = np.dtype(ctx.out_aval.dtype)
+  if dtype.kind != "f":
+    # NB: XLA's integer sums wrap; C's signed overflow is undefined, so add as unsigned and cast back
+    wide = dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32
+    return (base.cast(wide) + hits.where(updates.cast(wide), 0).sum(axis, dtype=wide)).cast(base.dtype)
+  acc = dtypes.float32 if dtype.itemsize < 4 else base.dtype
+  total = hits.where(updates.cast(acc), 0.0).sum(axis, dtype=acc)
+  # NB: adding -0.0 leaves every value as it is, but a tinygrad sum starts from +0.0: keep the operand element
+  # unless an update other than -0.0 (whose bits are the sign bit alone) lands on it
+  moves = (hits & (to_bits(updates, dtype) != key_limit(dtype, largest=False))).any(axis)
+  return moves.where((base.cast(acc) + total).cast(base.dtype), base)
+
+
+def _combine_product(ctx, base, hits, updates, axis):
+  dtype = np.dtype(ctx.out_aval.dtype)
+  # NB: integer products wrap as unsigned ones do (signed overflow is undefined in C); small floats use float32
+  if dtype.kind != "f":
+    acc = dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32
+  else:
+    acc = dtypes.float32 if dtype.itemsize < 4 else base.dtype
+  return (base.cast(acc) * hits.where(updates.cast(acc), 1).prod(axis, dtype=acc)).cast(base.dtype)
+
+
+def _combine_extreme(largest: bool):
+  """scatter-max / scatter-min on order keys: -0.0 < 0.0 as in XLA, and NaN wins either way (XLA propagates it)."""
+  def combine(ctx, base, hits, updates, axis):
+    dtype = ctx.out_aval.dtype
+
+    def key(x):
+      return (x != x).where(key_limit(dtype, largest), order_key(x, dtype)) if dtype.kind == "f" else order_key(x, dtype)
+    chosen = hits.where(key(updates), key_limit(dtype, not largest))
+    if largest:
+      return from_order_key(key(base).maximum(chosen.max(axis)), dtype)
+    return from_order_key(key(base).minimum(chosen.min(axis)), dtype)
+  return combine
+
+
+def _scatter_with(ctx, combine, operand, indices, updates, dnums, mode):
+  """The operand as (batching..., indexed dims flattened, other dims...) and the updates as (batching...,
+  positions, other window dims...): `hits` (batching..., positions, indexed, 1...) says which update lands where.
+  NB: a slice with a start out of range is dropped whole (XLA, FILL_OR_DROP and PROMISE_IN_BOUNDS); CLIP clamps it.
+  """
+  if operand.numel() == 0 or updates.numel() == 0:
+    return operand
+  batching, indexed = list(dnums.operand_batching_dims), sorted(dnums.scatter_dims_to_operand_dims)
+  others = [d for d in range(operand.ndim) if d not in batching and d not in indexed]
+  window_dims = [d for d in range(operand.ndim) if d not in dnums.inserted_window_dims and d not in batching]
+  window_axis = dict(zip(window_dims, dnums.update_window_dims))
+  window = [updates.shape[window_axis[d]] if d in window_axis else 1 for d in range(operand.ndim)]
+  flat, inside = _targets(indices, ctx.in_avals[1].dtype, operand.shape, window, dnums.scatter_dims_to_operand_dims,
+                          dnums.scatter_indices_batching_dims)
+  scatter_axes = [a for a in range(updates.ndim) if a not in dnums.update_window_dims]
+  order = [scatter_axes[d] for d in _batch_order(indices.ndim - 1, dnums.scatter_indices_batching_dims)]
+  order += [window_axis[d] for d in (*indexed, *others) if d in window_axis]
+  batch_shape = [operand.shape[d] for d in batching]
+  other_window = [window[d] for d in others]
+  positions = math.prod(flat.shape[len(batching):])
+  updates = updates.permute(order).reshape(*batch_shape, positions, 1, *other_window)
+  if GatherScatterMode.from_any(mode) != GatherScatterMode.CLIP:
+    flat = (inside.reshape(*inside.shape, *[1] * (flat.ndim - inside.ndim))).where(flat, -1)  # -1 hits nothing
+  n_indexed = math.prod(operand.shape[d] for d in indexed)
+  hits = _one_hot(flat.reshape(*batch_shape, positions), n_indexed, len(others))
+  base = operand.permute(*batching, *indexed, *others).reshape(*batch_shape, n_indexed,
+                                                               *[operand.shape[d] for d in others])
+  region = tuple(None if i < len(batch_shape) + 1 else (0, w) for i, w in enumerate((*batch_shape, 0, *other_window)))
+  result = combine(ctx, base.shrink(region), hits, updates, len(batch_shape))
+  if other_window != [operand.shape[d] for d in others]:  # the updates cover part of the other dims: put it back
+    pads = tuple(p if p is None else (0, size - w) for p, size, w in zip(region, base.shape, (*batch_shape, 0,
+                                                                                            *other_window)))
+    covered = Tensor.full(result.shape, True, device=ctx.device).pad(pads)
+    result = covered.where(result.pad(pads), base)
+  result = result.reshape(*batch_shape, *[operand.shape[d] for d in indexed], *[operand.shape[d] for d in others])
+  return result.permute(np.argsort([*batching, *indexed, *others]).tolist())
+
+
+def _scatter_rule(combine):
+  def rule(ctx, operand, indices, updates, *, dimension_numbers, mode, update_jaxpr, update_consts,
+           indices_are_sorted, unique_indices):
+    # update_jaxpr is the combination the primitive's name already says
+    return _scatter_with(ctx, combine, operand, indices, updates, dimension_numbers, mode)
+  return rule
+
+
+for _name, _combine in {"scatter-add": _combine_sum, "scatter-mul": _combine_product,
+                        "scatter-max": _combine_extreme(True), "scatter-min": _combine_extreme(False)}.items():
+  register(_name)(_scatter_rule(_combine))
+
+
+@register("scatter")
+def _scatter(ctx, operand, indices, updates, *, dimension_numbers, mode, update_jaxpr, update_consts,
+             indices_are_sorted, unique_indices):
+  body = None if update_jaxpr is None else ClosedJaxpr(update_jaxpr, update_consts)
+  return _scatter_with(ctx, _combine_replace(body, unique_indices), operand, indices, updates, dimension_numbers,
+                       mode)
+
+
+# --- dynamic slices: a one-hot shift along each axis whose size changes
+
+def _shift(bits, axis: int, offset, size: int):
+  """out[j] = bits[j - offset] along `axis`, for j < size; zero where j - offset falls outside `bits`."""
+  trailing = [1] * (bits.ndim - axis - 1)
+  source = arange(bits.shape[axis], bits.device).reshape(-1, *trailing)
+  target = arange(size, bits.device).reshape(size, 1, *trailing)
+  return (source + offset == target).where(bits.unsqueeze(axis), 0).sum(axis + 1, dtype=bits.dtype)
+
+
+@register("dynamic_slice")
+def _dynamic_slice(ctx, operand, *starts, slice_sizes):
+  """NB: XLA clamps each start so that the slice fits in the operand."""
+  dtype = ctx.in_avals[0].dtype
+  if ctx.out_aval.size == 0:
+    return _empty(ctx.out_aval, ctx.device)
+  bits = to_bits(operand, dtype)
+  for axis, (start, size) in enumerate(zip(starts, slice_sizes)):
+    if size != operand.shape[axis]:
+      start, _ = _clamped_start(start, ctx.in_avals[1 + axis].dtype, operand.shape[axis] - size)
+      bits = _shift(bits, axis, -start, size)
+  return from_bits(bits, dtype)
+
+
+@register("dynamic_update_slice")
+def _dynamic_update_slice(ctx, operand, update, *starts):
+  """NB: XLA clamps each start so that the update fits in the operand."""
+  dtype = ctx.in_avals[0].dtype
+  if update.numel() == 0:
+    return operand
+  bits, covered = to_bits(update, dtype), None
+  for axis, start in enumerate(starts):
+    size, full = update.shape[axis], operand.shape[axis]
+    if size != full:
+      start, _ = _clamped_start(start, ctx.in_avals[2 + axis].dtype, full - size)
+      bits = _shift(bits, axis, start, full)
+      positions = arange(full, ctx.device).reshape(full, *[1] * (operand.ndim - axis - 1))
+      along = (positions >= start) & (positions < start + size)
+      covered = along if covered is None else covered & along
+  return from_bits(bits, dtype) if covered is None else covered.where(from_bits(bits, dtype), operand)
+
+
+# --- the max-pool pair
+
+_SELECT = {"ge": lambda a, b: (a > b) | (a == b), "le": lambda a, b: (a < b) | (a == b)}  # NB: tinygrad's a >= b
+# is not(a < b), true where a or b is NaN; XLA's comparisons are false there
+
+
+def _walk(keys, values, select, key, value):
+  """XLA's pass through each window (the last axis) in order: the pick moves on wherever select(pick, next) fails."""
+  for p in range(keys.shape[-1]):
+    moves = select(key, keys[..., p]).logical_not()
+    key, value = moves.where(keys[..., p], key), moves.where(values[..., p], value)
+  return value
+
+
+def _spread(x, strides, offsets, shape):
+  """A zero tensor of `shape` with x[i, ...] at (offsets + strides * i, ...)."""
+  sizes = x.shape
+  x = x.reshape(*[n for size in sizes for n in (size, 1)]).pad(
+    tuple(p for stride in strides for p in ((0, 0), (0, stride - 1))))
+  x = x.reshape(*[size * stride for size, stride in zip(sizes, strides)])
+  return x.pad(tuple((o, max(0, full - o - size)) for o, full, size in zip(offsets, shape, x.shape))).shrink(
+    tuple((0, full) for full in shape))
+
+
+@register("select_and_scatter_add")
+def _select_and_scatter_add(ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding):
+  """Each window of the operand picks one element as XLA's SelectAndScatter does, and its source value is added
+  there. NB: on CPU, JAX pads the operand with select's identity (-inf for ge), so padding can be picked; what
+  lands on it is cut off with the padding."""
+  dtype = np.dtype(ctx.out_aval.dtype)
+  if ctx.out_aval.size == 0 or source.numel() == 0:
+    return _empty(ctx.out_aval, ctx.device)
+  padded = operand.pad(tuple(map(tuple, padding)), value=extreme(dtype, largest=select_prim.name == "le"))
+  keys = padded._pool(tuple(window_dimensions), tuple(window_strides)).flatten(source.ndim)
+  positions = arange(keys.shape[-1], ctx.device).expand(keys.shape)
+  chosen = _walk(keys, positions, _SELECT[select_prim.name], keys[..., 0], 0)
+  wide = dtype.kind in "iu"  # NB: integer sums wrap as unsigned ones do (signed overflow is undefined in C)
+  if wide:
+    source = source.cast(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
+  result = None
+  for p, offsets in enumerate(np.ndindex(*window_dimensions)):
+    share = _spread((chosen == p).where(source, 0), window_strides, offsets, padded.shape)
+    result = share if result is None else (result | share if dtype == np.bool_ else result + share)
+  result = result.shrink(tuple((low, low + size) for (low, _), size in zip(padding, operand.shape)))
+  return result.cast(tg_dtype(dtype)) if wide else result
+
+
+@register("select_and_gather_add")
+def _select_and_gather_add(ctx, tangents, operand, *, select_prim, window_dimensions, window_strides, padding,
+                           base_dilation, window_dilation):
+  """The tangent at the element each window selects: JAX lowers it to a reduce_window over (operand, tangent)
+  pairs from (-inf, 0) for ge ((inf, 0) for le); base-dilation holes and padding hold that pair too."""
+  dtype = ctx.out_aval.dtype
+  if ctx.out_aval.size == 0:
+    return _empty(ctx.out_aval, ctx.device)
+  window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
+                base_dilation=base_dilation, window_dilation=window_dilation)
+  init = extreme(dtype, largest=select_prim.name == "le")
+  keys = _windows(operand, init, window).flatten(ctx.out_aval.ndim)
+  values = _windows(tangents, 0, window).flatten(ctx.out_aval.ndim)
+  return _walk(keys, values, _SELECT[select_prim.name], init, 0).cast(tg_dtype(dtype))
