@@ -34,7 +34,7 @@ F32_EDGE = In("f32_edge", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.0
 F32_EDGE_COL = In("f32_edge_col", lambda: F32_EDGE.make()[:, None])
 F32_NAN = In("f32_nan", lambda: _f32([1.0, NAN, -2.0, 0.5], [NAN, NAN, NAN, NAN], [INF, -0.0, 3.0, -INF]))
 F32_3D = In("f32_3d", lambda: np.arange(12, dtype=np.float32).reshape(2, 3, 2) - 5.5)
-F16 = In("f16", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.5, 65504], np.float16))
+F16 = In("f16", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.5, 0.1, 65504], np.float16))
 F64 = In("f64", lambda: np.array([1e300, -1e-300, 0.1, 3.0]))  # NumPy float64: JAX canonicalizes it to float32
 I32 = In("i32", lambda: np.array([[I32_MIN, -7, -1, 0], [1, 2, 7, I32_MAX], [3, -3, 100, -100]], np.int32))
 I32_EDGE = In("i32_edge", lambda: np.array([I32_MIN, -7, -1, 0, 1, I32_MAX], np.int32))
@@ -173,7 +173,7 @@ BITWISE_UNARY = family("invert bitwise_not bitwise_invert bitwise_count", I32, U
 ARITHMETIC = family(
   "add subtract multiply divide true_divide floor_divide remainder mod fmod power pow float_power maximum minimum "
   "fmax fmin divmod",
-  (F32_EDGE_COL, F32_EDGE), (I32_EDGE_COL, I32_EDGE), (U8, 3), (2.5, I32_SMALL), (F16, F32))
+  (F32_EDGE_COL, F32_EDGE), (I32_EDGE_COL, I32_EDGE), (U8, 3), (2.5, I32_SMALL), (F16, F32_EDGE))
 
 FLOAT_BINARY = family(
   "arctan2 atan2 hypot copysign nextafter logaddexp logaddexp2 heaviside",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-import tinyjax.report
+from tinyjax.report import collecting
 from oracle import check, check_lax
 from tinyjax.core.mirror import wrap
 from xfail import param
@@ -51,7 +51,8 @@ DTYPES = [np.float32, np.float16, np.int32, np.int8, np.bool_]
 
 
 @pytest.mark.parametrize("dtype,case", [param(d, c, name="dot_general", dtype=d, id=f"{c}-{d.__name__}")
-                                        for d in DTYPES for c in DOT_CASES])
+                                        for d in DTYPES
+                                        for c in (DOT_CASES if d == np.float32 else ("matmul", "batch_inside"))])
 def test_dot_general(dtype, case):
   lhs_shape, rhs_shape, dimension_numbers = DOT_CASES[case]
   check_lax("dot_general", data(lhs_shape, dtype, 1), data(rhs_shape, dtype, 2), dimension_numbers=dimension_numbers,
@@ -78,9 +79,14 @@ def test_dot_general_preferred_element_type(lhs, rhs, preferred):
             **TOLERANCE[np.float32] if preferred == np.float32 else {})
 
 
-def test_dot_general_edge_values():
-  lhs = np.array([[np.inf, 1.0, 0.0], [np.nan, 1.0, 2.0], [-np.inf, 0.0, 1.0], [1e30, 1e30, 0.0]], np.float32)
-  rhs = np.array([[0.0, 1.0, 2.0], [1.0, np.inf, -1.0], [3.0, -np.inf, 1.0]], np.float32)
+@pytest.mark.parametrize("lhs,rhs", [
+  param(np.array([[np.inf, 1, 0], [np.nan, 1, 2], [-np.inf, 0, 1], [1e30, 1e30, 0], [-0.0, -0.0, -0.0]], np.float32),
+        np.array([[0, 1, 2], [1, np.inf, -1], [3, -np.inf, 1]], np.float32), name="dot_general", id="sums"),
+  param(np.array([[-0.0], [2.0]], np.float32), np.array([[1.0, -0.0]], np.float32), name="dot_general",
+        id="one-term"),
+])
+def test_dot_general_edge_values(lhs, rhs):
+  """inf * 0 is NaN, NaN spreads, sums overflow to inf; a sum of -0.0s is +0.0 unless it has one term."""
   check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL, precision=lax.Precision.HIGHEST)
 
 
@@ -95,7 +101,6 @@ CONV_CASES = {  # id: (lhs shape, rhs shape, params)
                                                     lhs_dilation=(2, 3))),
   "rhs_dilation": ((2, 2, 7, 7), (3, 2, 3, 2), dict(window_strides=(1, 2), padding="SAME", rhs_dilation=(2, 3))),
   "feature_groups": ((2, 4, 5, 5), (6, 2, 3, 3), dict(window_strides=(1, 1), padding="SAME", feature_group_count=2)),
-  "depthwise": ((1, 3, 5, 5), (3, 1, 3, 3), dict(window_strides=(1, 1), padding="VALID", feature_group_count=3)),
   "batch_groups": ((4, 3, 5, 5), (6, 3, 2, 2), dict(window_strides=(1, 1), padding="VALID", batch_group_count=2)),
   "nhwc_hwio": ((2, 6, 5, 3), (3, 2, 3, 4), dict(window_strides=(2, 1), padding="SAME",
                                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))),
@@ -113,7 +118,7 @@ CONV_CASES = {  # id: (lhs shape, rhs shape, params)
 @pytest.mark.parametrize("dtype,case", [param(np.float32, c, name="conv_general_dilated", dtype=np.float32, id=c)
                                         for c in CONV_CASES] +
                          [param(d, c, name="conv_general_dilated", dtype=d, id=f"{c}-{d.__name__}")
-                          for d in (np.float16, np.int32) for c in ("strided_same", "feature_groups", "batch_groups")])
+                          for d in (np.float16, np.int32) for c in ("strided_same", "batch_groups")])
 def test_conv_general_dilated(dtype, case):
   lhs_shape, rhs_shape, params = CONV_CASES[case]
   check_lax("conv_general_dilated", data(lhs_shape, dtype, 1), data(rhs_shape, dtype, 2), **params,
@@ -130,8 +135,8 @@ def test_conv_preferred_element_type(lhs_dtype, preferred):
 
 
 def test_conv_edge_values():
-  lhs = np.zeros((1, 1, 3, 3), np.float32)
-  lhs[0, 0] = [[np.nan, 1, 2], [np.inf, -np.inf, 0], [-0.0, 3, 1e30]]
+  lhs = np.zeros((1, 1, 4, 4), np.float32)
+  lhs[0, 0] = [[np.nan, 1, 2, 0], [np.inf, -np.inf, 0, 1], [-0.0, -0.0, 3, 1e30], [-0.0, -0.0, 0, 2e38]]
   check_lax("conv_general_dilated", lhs, np.ones((1, 1, 2, 2), np.float32), window_strides=(1, 1), padding="SAME")
 
 
@@ -151,29 +156,30 @@ GRAD_CASES = {  # id: (lhs shape, rhs shape, params of the forward conv)
 
 
 def _grad_convs(case):
-  """The conv_general_dilated equations of jax.grad(loss) for both operands, as (lhs aval, rhs aval, params)."""
+  """The conv_general_dilated equations of jax.grad(loss) w.r.t. both operands: {operand: (lhs, rhs avals, params)}."""
   lhs_shape, rhs_shape, params = GRAD_CASES[case]
   def loss(x, w):
     return jnp.sum(jnp.sin(lax.conv_general_dilated(x, w, **params)))
   closed = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(np.ones(lhs_shape, np.float32),
                                                           np.ones(rhs_shape, np.float32))
-  return [(e.invars[0].aval, e.invars[1].aval, e.params) for e in closed.jaxpr.eqns
-          if e.primitive.name == "conv_general_dilated"]
+  operand_of = {lhs_shape: "input", rhs_shape: "kernel"}
+  return {operand_of.get(e.outvars[0].aval.shape, "forward"): (e.invars[0].aval, e.invars[1].aval, e.params)
+          for e in closed.jaxpr.eqns if e.primitive.name == "conv_general_dilated"}
 
 
-@pytest.mark.parametrize("case,which", [param(c, i, name="conv_general_dilated", id=f"{c}-{i}")
-                                        for c in GRAD_CASES for i in range(3)])
-def test_conv_gradient_convs(case, which):
+@pytest.mark.parametrize("case,operand", [param(c, o, name="conv_general_dilated", id=f"{c}-d_{o}")
+                                          for c in GRAD_CASES for o in ("kernel", "input")])
+def test_conv_gradient_convs(case, operand):
   convs = _grad_convs(case)
-  assert len(convs) == 3  # the forward conv and one per operand
-  if GRAD_CASES[case][2].get("feature_group_count", 1) > 1:  # the kernel's gradient of a grouped conv
-    assert any(params["batch_group_count"] > 1 for _, _, params in convs)
-  lhs_aval, rhs_aval, params = convs[which]
+  assert set(convs) == {"forward", "kernel", "input"}
+  lhs_aval, rhs_aval, params = convs[operand]
+  grouped = GRAD_CASES[case][2].get("feature_group_count", 1) > 1
+  assert (params["batch_group_count"] > 1) == (grouped and operand == "kernel")
   check_lax("conv_general_dilated", data(lhs_aval.shape, np.float32, 1), data(rhs_aval.shape, np.float32, 2),
             **params, **TOLERANCE[np.float32])
 
 
-@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("mode", ["full", "same"])
 def test_convolve(mode):
   check(lambda np_, x, y: np_.convolve(x, y, mode=mode), data((9,), np.float32, 1), data((4,), np.float32, 2),
         **TOLERANCE[np.float32])
@@ -206,9 +212,18 @@ def _window_fn(reducer, dtype, window):
                            base_dilation=base_dilation, window_dilation=window_dilation)
 
 
-@pytest.mark.parametrize("reducer,dtype,case", [
-  param(r, d, c, name=f"reduce_window_{r}", dtype=d, id=f"{r}-{c}-{d.__name__}")
-  for r in REDUCERS for d in WINDOW_DTYPES for c in (WINDOW_CASES if d == np.float32 else ("pool", "base_dilation"))])
+def _window_params():
+  """Every window case for float32 sums; the window-building cases for max and min; one case for other dtypes."""
+  for reducer in REDUCERS:
+    for dtype in WINDOW_DTYPES:
+      cases = ("pads",) if dtype != np.float32 else WINDOW_CASES if reducer == "sum" else (
+        "pool", "base_dilation", "window_dilation")
+      for case in cases:
+        yield param(reducer, dtype, case, name=f"reduce_window_{reducer}", dtype=dtype,
+                    id=f"{reducer}-{case}-{dtype.__name__}")
+
+
+@pytest.mark.parametrize("reducer,dtype,case", list(_window_params()))
 def test_reduce_window_monoid(reducer, dtype, case):
   fn = _window_fn(reducer, dtype, WINDOW_CASES[case])
   shape = WINDOW_CASES[case][0]
@@ -248,7 +263,7 @@ GENERIC_CASES = {  # id: (dtype, init, computation)
 
 
 @pytest.mark.parametrize("case,window", [param(c, w, name="reduce_window", dtype=GENERIC_CASES[c][0], id=f"{c}-{w}")
-                                         for c in GENERIC_CASES for w in ("same", "base_dilation")])
+                                         for c in GENERIC_CASES for w in ("base_dilation",)])
 def test_reduce_window_generic(case, window):
   """An init value passed as an array keeps JAX from recognizing the monoid: the reduce_window primitive."""
   dtype, init, computation = GENERIC_CASES[case]
@@ -309,6 +324,6 @@ def test_flax_layers(layer):
   images = data((2, 8, 8, 1), np.float32)
   module, primitives = LAYERS[layer]
   params = module.init(jax.random.key(0), images)
-  with tinyjax.report.collecting() as report:
+  with collecting() as report:
     check_traced(lambda x: module.apply(params, x), images, **TOLERANCE[np.float32])
   assert primitives <= {p for backend, p in report.primitives if backend == "tinygrad"}, report

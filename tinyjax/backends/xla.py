@@ -21,7 +21,7 @@ def bind(eqn, inputs):
 
 
 def _const(c):
-  return np.asarray(c.value, c.aval.dtype)
+  return c.value if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
 
 
 def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):

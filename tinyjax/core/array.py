@@ -48,10 +48,10 @@ _BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "
 _REFLECTED = ["radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rmatmul", "rdivmod", "rlshift",
               "rrshift", "rand", "ror", "rxor"]
 _UNARY = ["neg", "pos", "abs", "invert", "round"]
-_METHODS = ["all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "choose", "clip", "compress",
-            "conj", "conjugate", "cumprod", "cumsum", "diagonal", "dot", "flatten", "max", "mean", "min", "nonzero",
-            "prod", "ptp", "ravel", "repeat", "reshape", "round", "searchsorted", "sort", "squeeze", "std", "sum",
-            "swapaxes", "take", "trace", "transpose", "var", "view", "to_device"]
+_METHODS = ["all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "byteswap", "choose", "clip",
+            "compress", "conj", "conjugate", "cumprod", "cumsum", "diagonal", "dot", "flatten", "max", "mean", "min",
+            "nonzero", "prod", "ptp", "ravel", "repeat", "reshape", "round", "searchsorted", "sort", "squeeze", "std",
+            "sum", "swapaxes", "take", "trace", "transpose", "var", "view", "to_device"]
 _PROPERTIES = ["T", "mT", "real", "imag"]
 
 
@@ -94,13 +94,16 @@ class Array:
     return self
 
   def __array__(self, dtype=None, copy=None):
-    host = self._value.to_host()
-    if copy is False and dtype is not None and np.dtype(dtype) != host.dtype:
-      raise ValueError("converting the dtype of a tinyjax.Array needs a copy (copy=False was given)")
-    return np.array(host, dtype=dtype, copy=True) if copy or dtype is not None else host.view()
+    view = self._value.to_host().view()
+    view.flags.writeable = False  # NB: as JAX's; writing into it would change the Array's cached value
+    return np.asarray(view, dtype=dtype, **({} if copy is None else {"copy": copy}))
 
-  def __dlpack__(self, *args, **kwargs):
-    return np.asarray(self).__dlpack__(*args, **kwargs)
+  def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    host = np.asarray(self)
+    if max_version is None or max_version < (1, 0):
+      host = host.copy()  # NB: DLPack before 1.0 cannot mark data read-only: such consumers get a copy
+    kwargs = {"max_version": max_version, "dl_device": dl_device, "copy": copy}
+    return host.__dlpack__(stream=stream, **{k: v for k, v in kwargs.items() if v is not None})
 
   def __dlpack_device__(self):
     return (1, 0)  # NB: exported through the host (kDLCPU), whatever device computed it
@@ -118,30 +121,34 @@ class Array:
   def tolist(self):
     return np.asarray(self).tolist()
 
+  # NB: the checks (and their messages) are jax.Array's, which are stricter than NumPy's: float() of a
+  # 1-element 1-d array raises
   def __float__(self):
-    return self._scalar(float)
+    return float(self._scalar())
 
   def __int__(self):
-    return self._scalar(int)
+    return int(self._scalar())
 
   def __complex__(self):
-    return self._scalar(complex)
+    return complex(self._scalar())
 
   def __index__(self):
-    if not jnp.issubdtype(self.dtype, jnp.integer):
-      raise TypeError(f"only integer scalar arrays can be converted to a scalar index, not {self.dtype}")
-    return self._scalar(int)
+    if self.shape != () or not jnp.issubdtype(self.dtype, jnp.integer):
+      raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
+    return int(np.asarray(self))
 
   def __bool__(self):
-    return self._scalar(bool)
+    if self.size == 0:
+      raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` to check that an "
+                       "array is not empty.")
+    if self.size > 1:
+      raise ValueError("The truth value of an array with more than one element is ambiguous. Use a.any() or a.all()")
+    return bool(np.asarray(self))
 
-  def _scalar(self, kind):
-    if self.size != 1:
-      if kind is bool:
-        raise ValueError("The truth value of an array with more than one element is ambiguous. "
-                         "Use a.any() or a.all()")
-      raise TypeError(f"only length-1 arrays can be converted to Python scalars, not shape {self.shape}")
-    return kind(np.asarray(self).reshape(()))
+  def _scalar(self):
+    if self.ndim > 0:
+      raise TypeError(f"Only scalar arrays can be converted to Python scalars; got arr.ndim={self.ndim}")
+    return np.asarray(self)[()]
 
   def __len__(self):
     if self.ndim == 0:
@@ -151,7 +158,12 @@ class Array:
   def __iter__(self):
     if self.ndim == 0:
       raise TypeError("iteration over a 0-d array")
-    return iter(tracing.call(_unstack, (self,)))
+    # NB: the rows come from the host value: on tinygrad, n lazy slices would compile n kernels (one per offset)
+    host, aval = np.asarray(self), self.aval.update(shape=self.shape[1:])
+    return (Array(_host_value(aval, np.asarray(row))) for row in host)
+
+  def __contains__(self, other):
+    return tracing.call(_apply_method, ("__contains__", self, other))
 
   def __hash__(self):
     raise TypeError(f"unhashable type: '{type(self).__name__}'")
@@ -167,19 +179,48 @@ class Array:
       body = np.array2string(np.asarray(self), prefix=prefix, suffix=",", separator=", ",
                              max_line_width=np.get_printoptions()["linewidth"])
     last_line = len(body) - body.rfind("\n") + 1
+    # NB: as JAX: when the dtype does not fit on the last line it is indented by the prefix, on that line
     sep = " " * len(prefix) if last_line + len(dtype_str) + 1 > np.get_printoptions()["linewidth"] else " "
-    if "\n" in body and sep != " ":
-      sep = "\n" + sep
     return f"{prefix}{body},{sep}{dtype_str}"
 
   def __str__(self):
     return str(np.asarray(self))
 
   def __format__(self, spec):
-    return format(np.asarray(self).item(), spec) if self.ndim == 0 else format(str(self), spec)
+    host = np.asarray(self)
+    return format(host if self.ndim else host[()], spec)
 
   def __reduce__(self):
-    return (_from_host, (np.asarray(self), self.weak_type))
+    return (_from_host, (np.array(self), self.weak_type))
+
+  def tobytes(self, order="C"):
+    return np.asarray(self).tobytes(order)
+
+  def copy_to_host_async(self):
+    self._value.to_host()
+
+  def is_ready(self) -> bool:
+    return not self._value.pending
+
+  def devices(self) -> set:
+    return {self.device}
+
+  def platform(self) -> str:
+    return self.device.platform
+
+  def addressable_data(self, index: int):
+    return self  # NB: one device, one shard
+
+  def on_device_size_in_bytes(self) -> int:
+    return self.nbytes
+
+  is_fully_addressable = property(lambda self: True)
+  is_fully_replicated = property(lambda self: True)
+  committed = property(lambda self: False)  # NB: a computation runs on the device in effect at its flush
+
+  @property
+  def flat(self):
+    raise NotImplementedError("JAX Arrays do not implement the arr.flat property: consider arr.flatten() instead.")
 
   def copy(self):
     return self
@@ -203,13 +244,13 @@ class Array:
     return _IndexUpdateHelper(self)
 
 
-def _unstack(x):
-  return tuple(x[i] for i in range(x.shape[0]))
+def _host_value(aval, host):
+  from tinyjax.core.buffer import Value
+  return Value(aval, host=host)
 
 
 def _from_host(host, weak_type):
-  from tinyjax.core.buffer import Value
-  return Array(Value(jax.core.ShapedArray(host.shape, host.dtype, weak_type=weak_type), host=host))
+  return Array(_host_value(jax.core.ShapedArray(host.shape, host.dtype, weak_type=weak_type), host))
 
 
 for _name in _BINARY + _REFLECTED:

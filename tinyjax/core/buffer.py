@@ -106,11 +106,9 @@ def flush(extra=()) -> None:
     _buffer.n_eqns = 0
     values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
     if values:
-      try:
-        run(values, current_backend())
-      except BaseException:
-        _buffer.pending.extend(weakref.ref(a) for a in arrays if a._value.node is not None)
-        raise
+      # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
+      # other values do not rerun (and fail on) equations that nobody asked for
+      run(values, current_backend())
 
 
 def _collect(values):

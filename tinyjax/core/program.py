@@ -10,6 +10,8 @@ from typing import Any, Callable
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
+from tinyjax.core import keys
+
 # The call primitives inlined by `flatten`, and the parameter that holds the called jaxpr.
 CALL_PARAMS = {"jit": "jaxpr", "closed_call": "call_jaxpr", "call": "call_jaxpr",
                "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "remat2": "jaxpr"}
@@ -67,7 +69,7 @@ class Builder:
       return Const(atom.val, atom.aval) if isinstance(atom, Literal) else env[atom]
 
     for var, value in zip(jaxpr.constvars, consts, strict=True):
-      env[var] = Const(np.asarray(value), var.aval)
+      env[var] = Const(value if keys.is_key(var.aval.dtype) else np.asarray(value), var.aval)  # keys stay typed
     for var, atom in zip(jaxpr.invars, args, strict=True):
       env[var] = atom
     for eqn in jaxpr.eqns:

@@ -101,7 +101,8 @@ def _input_value(leaf, aval) -> Value:
     return Value(aval, host=np.asarray(leaf.value, aval.dtype))
   if keys.is_key(aval.dtype):
     return Value(aval, host=np.asarray(keys.key_data(leaf)))
-  return Value(aval, host=np.asarray(leaf, aval.dtype))
+  # NB: a copy, as JAX makes at the call: the caller may write into its NumPy array before the flush reads it
+  return Value(aval, host=np.array(leaf, aval.dtype))
 
 
 def _trace(fn, treedef, leaves, scalars_dynamic: bool):

@@ -7,13 +7,13 @@ Windows are tinygrad's pooling view over a base-dilated and padded operand: (*ou
 """
 import numpy as np
 from jax.extend.core import ClosedJaxpr
+from tinygrad import Tensor, dtypes
 
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
 def _accumulator(out_dtype):
   """The tinygrad dtype products and sums are computed in, for a result of `out_dtype`."""
-  from tinygrad import dtypes
   out_dtype = np.dtype(out_dtype)
   if out_dtype.kind in "biu":
     # NB: XLA's integer sums wrap; C's signed overflow is undefined, so sum in unsigned of at least 32 bits
@@ -22,6 +22,17 @@ def _accumulator(out_dtype):
   if out_dtype.itemsize < 4:
     return dtypes.float32  # NB: float16/bfloat16 sums accumulate in float32 and round once, as XLA does on CPU
   return tg_dtype(out_dtype)
+
+
+def _from_plus_zero(result, terms: int):
+  """A float sum of `terms` terms as XLA computes it: a sum of -0.0s is +0.0 when it adds more than one term.
+
+  NB: XLA adds from +0.0 (a one-term sum is its term); tinygrad's sum starts from the first term, and folds an
+  explicit `+ 0.0` away, so zeros are made +0.0 with a select.
+  """
+  if not dtypes.is_float(result.dtype) or terms <= 1:
+    return result
+  return (result == 0).where(0.0, result)
 
 
 def _to_output(ctx, result):
@@ -33,7 +44,6 @@ def _to_output(ctx, result):
 
 def _empty(ctx, aval):
   """A result with no elements (tinygrad's pooling view refuses windows larger than the operand)."""
-  from tinygrad import Tensor
   return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=ctx.device)
 
 
@@ -44,6 +54,7 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_eleme
   """Batch dims, then lhs free dims, then rhs free dims (XLA's layout): the operands are permuted to
   (batch, lhs free, 1.., contract) and (batch, 1.., rhs free, contract), multiplied, and summed over contract,
   which is how tinygrad's own matmul works, generalized to any number of each kind of dimension.
+  The result dtype (preferred_element_type when given) is the output aval's.
   NB: `precision` is ignored: tinygrad computes in the accumulator dtype whatever precision asks for.
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
@@ -51,14 +62,17 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_eleme
   rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
   batch_shape = [lhs.shape[d] for d in lhs_batch]
   contract_shape = [lhs.shape[d] for d in lhs_contract]
+  lhs_free_shape, rhs_free_shape = [lhs.shape[d] for d in lhs_free], [rhs.shape[d] for d in rhs_free]
   acc = _accumulator(ctx.out_aval.dtype)
   lhs = lhs.cast(acc).permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(
-    *batch_shape, *[lhs.shape[d] for d in lhs_free], *[1] * len(rhs_free), *contract_shape)
+    *batch_shape, *lhs_free_shape, *[1] * len(rhs_free), *contract_shape)
   rhs = rhs.cast(acc).permute(*rhs_batch, *rhs_free, *rhs_contract).reshape(
-    *batch_shape, *[1] * len(lhs_free), *[rhs.shape[d] for d in rhs_free], *contract_shape)
+    *batch_shape, *[1] * len(lhs_free), *rhs_free_shape, *contract_shape)
   products = lhs * rhs
-  result = products.sum(axis=tuple(range(-len(contract_shape), 0)), dtype=acc) if contract_shape else products
-  return _to_output(ctx, result)
+  if not contract_shape:
+    return _to_output(ctx, products)
+  result = products.sum(axis=tuple(range(-len(contract_shape), 0)), dtype=acc)
+  return _to_output(ctx, _from_plus_zero(result, int(np.prod(contract_shape))))
 
 
 # --- conv_general_dilated
@@ -100,18 +114,23 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
       n // batch_group_count, batch_group_count * c, *spatial)
     groups = batch_group_count
   result = x.conv2d(kernel, groups=groups, stride=tuple(window_strides), dilation=tuple(rhs_dilation), dtype=acc)
+  result = _from_plus_zero(result, int(np.prod(kernel.shape[1:])))
   return _to_output(ctx, result.permute(*np.argsort(out_spec)))
 
 
 # --- reduce_window family
 
 def _windows(x, fill, window: dict):
-  """The windows of `x` as (*output shape, *window shape); base-dilation holes and padding hold `fill`."""
+  """The windows of `x` as (*output shape, *window shape); base-dilation holes and padding hold `fill`.
+
+  The view is tinygrad's `_pool`, the strided-window view its conv2d and max_pool2d are built on.
+  """
   x = _dilate(x, window["base_dilation"], fill).pad(tuple(window["padding"]), value=fill)
   return x._pool(tuple(window["window_dimensions"]), tuple(window["window_strides"]), tuple(window["window_dilation"]))
 
 
 def _extreme(dtype, largest: bool):
+  """The largest (or smallest) value of a dtype: what pads a window for min (or max)."""
   if dtype == np.bool_:
     return largest
   if dtype.kind == "f":
@@ -122,13 +141,15 @@ def _extreme(dtype, largest: bool):
 
 def _reduce_windows(ctx, x, monoid: str, window: dict):
   """Each window of `x` reduced by `monoid` (add, mul, max or min); holes and padding take no part."""
-  from tinygrad import dtypes
   dtype = np.dtype(ctx.out_avals[0].dtype)
   axes = tuple(range(x.ndim, 2 * x.ndim))
-  if monoid in ("add", "mul"):
+  if monoid == "add":
     acc = _accumulator(dtype)
-    windows = _windows(x.cast(acc), 0 if monoid == "add" else 1, window)
-    return _to_output(ctx, windows.sum(axes, dtype=acc) if monoid == "add" else windows.prod(axes, dtype=acc))
+    result = _windows(x.cast(acc), 0, window).sum(axes, dtype=acc)
+    return _to_output(ctx, _from_plus_zero(result, int(np.prod(window["window_dimensions"]))))
+  if monoid == "mul":
+    acc = _accumulator(dtype)
+    return _to_output(ctx, _windows(x.cast(acc), 1, window).prod(axes, dtype=acc))
   largest = monoid == "max"
   windows = _windows(x, _extreme(dtype, not largest), window)
   if dtype == np.bool_:
@@ -141,7 +162,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   bits = windows.bitcast({2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dtype.itemsize])
   wanted_zero = (bits == 0) if largest else (windows == 0) & (bits != 0)
   key = (windows != windows).where(2, wanted_zero.where(1, 0)).max(axes)
-  result = (key == 1).where(0.0 if largest else -0.0, result)
+  result = ((key == 1) & (result == 0)).where(0.0 if largest else -0.0, result)
   return (key == 2).where(float("nan"), result)
 
 
@@ -178,7 +199,6 @@ def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimen
   """A monoid body reduces the windows natively and meets the initial value once, through the body itself;
   any other body (e.g. variadic) is folded over the window positions, skipping holes and padding.
   """
-  from tinygrad import Tensor, dtypes
   if ctx.out_aval.size == 0:
     return [_empty(ctx, aval) for aval in ctx.out_avals]
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,

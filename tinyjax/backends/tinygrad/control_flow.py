@@ -58,8 +58,9 @@ def _at(x: Tensor, i) -> Tensor:
 
 
 @register("cond", keys=True)
-def _cond(ctx, index, *operands, branches, **_):
-  # the index is clamped into range, as XLA does; a boolean predicate (2 branches) counts as 0 or 1
+def _cond(ctx, index, *operands, branches, branches_platforms=None):
+  # the index is clamped into range, as XLA does; a boolean predicate (2 branches) counts as 0 or 1. (With
+  # branches_platforms, the index is platform_index's constant.)
   if (known := _constant(index)) is not None:
     return ctx.backend.run_jaxpr(branches[min(max(int(known), 0), len(branches) - 1)], *operands)
   # NB: every branch is evaluated and the results selected, so that no value is read on the host (the program

@@ -59,9 +59,7 @@ def _neg(x):
 
 
 def _abs(x):
-  if _is_float(x):
-    return fm.fabs(x)  # NB: tinygrad's x * sign(x) keeps -0.0
-  return (x < 0).where(_neg(x), x) if dtypes.is_int(x.dtype) else x
+  return fm.fabs(x) if _is_float(x) else (x < 0).where(_neg(x), x)  # NB: tinygrad's x * sign(x) keeps -0.0
 
 
 def _sign(x):
@@ -91,8 +89,10 @@ def _integer_quotient(x, y, op):
 
 def _div(x, y, broadcast_divisor=False):
   if _is_float(x):
-    if broadcast_divisor:  # NB: XLA divides by a broadcast operand as a multiplication by its reciprocal
-      return fm.rounded(operator.mul)(x, fm.rounded(fm.div)(y.const_like(1), y))
+    if broadcast_divisor:
+      # NB: XLA divides by a broadcast operand as a multiplication by its reciprocal; tinygrad turns x * (1 / y)
+      # back into x / y, but not -(x * (-1 / y))
+      return -fm.rounded(operator.mul)(x, fm.rounded(fm.div)(y.const_like(-1), y))
     return fm.rounded(fm.div)(x, y)
   quotient = _integer_quotient(x, y, lambda a, b: a.div(b, rounding_mode="trunc"))
   return y.eq(0).where(-1 if not dtypes.is_unsigned(x.dtype) else x.dtype.max, quotient)  # XLA: x / 0 = -1
@@ -155,13 +155,14 @@ FLOAT_FUNCTIONS = {
   "exp": fm.exp, "exp2": fm.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": fm.tanh,
   "logistic": fm.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
   "atan": fm.atan, "sinh": fm.sinh, "cosh": fm.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
-  "sqrt": lambda x: x.sqrt(), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": fm.erf, "erfc": fm.erfc,
+  "sqrt": fm.rounded(lambda x: x.sqrt()), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": fm.erf, "erfc": fm.erfc,
   "erf_inv": fm.erf_inv, "lgamma": fm.lgamma, "digamma": fm.digamma,
   "floor": lambda x: x.floor(), "ceil": lambda x: x.ceil(), "is_finite": lambda x: fm.fabs(x) < math.inf,
 }
 for _name, _fn in {**FLOAT_FUNCTIONS, "neg": _neg, "abs": _abs, "sign": _sign, "not": lambda x: ~x,
                    "square": lambda x: mul(x, x)}.items():
   register(_name)(_unary(_fn))
+
 
 @register("div")
 def _div_rule(ctx, x, y):
@@ -286,7 +287,7 @@ def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   if dtype == dtypes.bool:
     return x.ne(0)  # NaN is True
   if not (_is_float(x) and dtypes.is_int(dtype)):
-    return x.cast(dtype)
+    return fm.narrow(x, dtype)
   # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
   low, high = dtype.min, dtype.max
   too_low, too_high = (x < low) | x.eq(low), (x > high + 1) | x.eq(high + 1)  # NB: tinygrad's >= is True for NaN

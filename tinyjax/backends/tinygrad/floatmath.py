@@ -10,7 +10,7 @@ import math
 import operator
 
 from tinygrad import Tensor, dtypes
-from tinygrad.uop.ops import Ops
+from tinygrad.uop.ops import Ops, python_alu
 
 F32, F64 = dtypes.float32, dtypes.float64
 UINT = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -55,6 +55,16 @@ def div(x, y):
   return x.alu(Ops.FDIV, y)
 
 
+def _fold_division(x, y):
+  if y != 0:
+    return x / y
+  return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+# NB: tinygrad 0.14 has the FDIV op but cannot fold it on constants (its python_alu lacks FDIV): teach it
+python_alu.setdefault(Ops.FDIV, _fold_division)
+
+
 def poly(x, coefficients):
   """Horner's rule, highest power first (the evaluation order of XLA's expansions)."""
   result = coefficients[0]
@@ -63,14 +73,25 @@ def poly(x, coefficients):
   return result
 
 
+def narrow(x, dtype):
+  """x cast to `dtype`, and really rounded to it.
+
+  NB: within a kernel, tinygrad drops a cast to float16 that is cast back to float32 (the C code keeps float
+  precision); flipping the sign bit of the float16 bits and negating back keeps the rounding.
+  """
+  if dtype != dtypes.float16 or x.dtype == dtype:
+    return x.cast(dtype)
+  return -((x.cast(dtype).bitcast(dtypes.uint16) ^ 0x8000).bitcast(dtype))
+
+
 def in_f64(fn):
   """fn evaluated in float64 and rounded to the first operand's dtype."""
-  return lambda *xs: fn(*(x.cast(F64) for x in xs)).cast(xs[0].dtype)
+  return lambda *xs: narrow(fn(*(x.cast(F64) for x in xs)), xs[0].dtype)
 
 
 def in_f32(fn):
   """fn evaluated in float32 at least, as XLA evaluates its expansions for float16."""
-  return lambda x: fn(x.cast(F32)).cast(x.dtype) if x.dtype.itemsize < 4 else fn(x)
+  return lambda x: narrow(fn(x.cast(F32)), x.dtype) if x.dtype.itemsize < 4 else fn(x)
 
 
 # --- float64 kernels (operands are float64)
@@ -81,30 +102,31 @@ def _log1p(x):
 
 
 def _expm1(x):
-  u = x.exp()
-  # NB: tinygrad has no expm1; (u - 1) * x / log(u) cancels the rounding error of exp(x) (Kahan)
-  return u.eq(1).where(x, (u - 1).eq(-1).where(-1.0, u.eq(INF).where(u, (u - 1) * div(x, u.log()))))
+  # NB: tinygrad has no expm1: a series near 0, where exp(x) - 1 cancels
+  series = x * poly(x, [1 / math.factorial(n) for n in range(10, 0, -1)])
+  return (fabs(x) < 2 ** -7).where(series, x.exp() - 1)
 
 
 def _sin_cos(x, wide: bool):
-  """(sin x, cos x) of float64 x; `wide` when x has more than float32's 24 significant bits.
+  """(sin x, cos x) of float64 x; `wide` when x may have more than float32's 24 significant bits.
 
-  NB: tinygrad's sin reduces arguments exactly only when they have at most 24 significant bits (its float64
-  error is 1e-8 at |x| = 100); wider ones are split in three such parts and recombined by the angle sums.
   NB: tinygrad computes cos(x) as sin(pi/2 - x), which loses the argument for large |x|: 1 - 2 sin(x/2)^2 here.
+  NB: tinygrad's sin reduces arguments exactly only when they have at most 24 significant bits (its float64 error
+  is 1e-8 at |x| = 100): wider ones are split in three such parts, recombined by the angle sums (good to 1e-15
+  below |x| = 1e30, 1e-9 at 1e38; XLA stays exact beyond).
   """
+  half = (x * 0.5).sin()
+  sin, cos = x.sin(), 1 - 2 * half * half
   if not wide:
-    half = (x * 0.5).sin()
-    return x.sin(), 1 - 2 * half * half
-  parts = []
-  for _ in range(2):
-    parts.append((bits(x) & ~((1 << 29) - 1) & ((1 << 64) - 1)).bitcast(F64))  # the top 24 bits of x
-    x = x - parts[-1]
-  sin, cos = _sin_cos(parts[0], False)
-  for part in parts[1:] + [x]:
+    return sin, cos
+  rest, sum_sin, sum_cos = x, None, None
+  for last in (False, False, True):
+    part = rest if last else (bits(rest) & (((1 << 64) - 1) ^ ((1 << 29) - 1))).bitcast(F64)  # the top 24 bits
+    rest = rest - part
     s, c = _sin_cos(part, False)
-    sin, cos = sin * c + cos * s, cos * c - sin * s
-  return sin, cos
+    sum_sin, sum_cos = (s, c) if sum_sin is None else (sum_sin * c + sum_cos * s, sum_cos * c - sum_sin * s)
+  near = fabs(x) < 8  # exact enough unsplit, and keeps the sign of -0.0
+  return near.where(sin, sum_sin), near.where(cos, sum_cos)
 
 
 # atan(u) = u + u^3 P(u^2) on |u| <= tan(pi/8): a least-squares fit to the Taylor series (error 3e-16)
@@ -165,11 +187,12 @@ def _pow(x, y):
 
 
 def fmod(x, y):
-  """C fmod (XLA's rem), exact for float32 and float16: long division in float64, 28 quotient bits a step.
+  """C fmod (XLA's rem), exact: long division in float64, 25 quotient bits a step, each step's q * b split in
+  two exact products. Enough steps to cross float16's and float32's exponent ranges.
 
-  NB: for float64 operands one step is taken, exact only while the quotient has fewer than 29 bits.
+  NB: float64 operands get 4 steps, so their remainders are exact for quotients below 2^100 only.
   """
-  steps = {2: 2, 4: 11, 8: 1}[x.dtype.itemsize]  # enough steps to cross the dtype's exponent range
+  steps = {2: 2, 4: 12, 8: 4}[x.dtype.itemsize]
   x, y = x.cast(F64), y.cast(F64)
   a, b = fabs(x), fabs(y)
   undefined = isnan(x) | isnan(y) | a.eq(INF) | b.eq(0)
@@ -177,8 +200,10 @@ def fmod(x, y):
   r, b = (undefined | keep_x).where(0.0, a), (undefined | keep_x).where(1.0, b)
   for _ in range(steps):
     exponent_gap = (bits(r) >> 52).cast(dtypes.int32) - (bits(b) >> 52).cast(dtypes.int32)
-    scaled = (bits(b) + ((exponent_gap - 28).maximum(0).cast(dtypes.uint64) << 52)).bitcast(F64)
-    r = r - div(r, scaled).trunc() * scaled  # exact: the quotient has at most 29 bits and b at most 24
+    scaled = (bits(b) + ((exponent_gap - 25).maximum(0).cast(dtypes.uint64) << 52)).bitcast(F64)
+    high = (bits(scaled) & (((1 << 64) - 1) ^ ((1 << 26) - 1))).bitcast(F64)  # its top 27 bits
+    quotient = div(r, scaled).trunc()  # below 2^26, so both products below are exact
+    r = (r - quotient * high) - quotient * (scaled - high)
     r = (r < 0).where(r + scaled, r)  # the rounded quotient was one too large
   return undefined.where(NAN, keep_x.where(x, with_sign(r, x)))
 
@@ -208,7 +233,7 @@ def rounded(op):
   """
   def apply(*xs):
     if xs[0].dtype.itemsize < 4:
-      return op(*(x.cast(F32) for x in xs)).cast(xs[0].dtype)
+      return narrow(op(*(x.cast(F32) for x in xs)), xs[0].dtype)
     return op(*xs)
   return apply
 
@@ -218,9 +243,8 @@ def exp2(x):
 
 
 def logistic(x):
-  add, div = rounded(operator.add), rounded(operator.truediv)
-  denominator = add(x.const_like(1), exp(-x))  # jax: 1 / (1 + exp(-x))
-  return div(x.const_like(1), denominator)
+  denominator = rounded(operator.add)(x.const_like(1), exp(-x))  # jax: 1 / (1 + exp(-x))
+  return rounded(div)(x.const_like(1), denominator)
 
 
 def _sinh(x):

@@ -22,4 +22,9 @@ NOT_YET_NATIVE: dict[str, str] = {
   "after_all": _EFFECT, "create_token": _EFFECT, "get": _EFFECT, "swap": _EFFECT, "name": _EFFECT,
   "device_put": "a transfer between devices: tinyjax moves data itself", "sharding_constraint": _COLLECTIVE,
   "empty2": _EFFECT,
+  # indexing and sorting
+  "select_and_scatter": "generic select and scatter bodies; JAX emits it only inside its lowering of "
+                        "select_and_scatter_add (which is native), never in a traced program",
+  "approx_top_k": "XLA's CPU ApproxTopK sorts with a plain > (NaN unordered) and, without aggregate_to_topk, sizes "
+                  "its output by XLA's own recall formula",
 }

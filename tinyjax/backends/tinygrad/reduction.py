@@ -1,4 +1,5 @@
-"""Reductions (reduce_sum, _prod, _max, _min, _and, _or, _xor, argmax, argmin) and the cumulative ops (cumsum,
+"""Reductions (reduce_sum, _prod, _max, _min, _and, _or, _xor, reduce with a custom body, argmax, argmin) and the
+cumulative ops (cumsum,
 cumprod, cummax, cummin, cumlogsumexp), with XLA's results on NaN, signed zeros, empty axes and integer wrap-around.
 
 An order key carries most of it: floats compared as integers (their bits, with the magnitude bits of negatives
@@ -89,6 +90,32 @@ register("reduce_or")(_reduction(_bitwise(lambda bits, axes: bits.max(axes)), la
 register("reduce_xor")(_reduction(_bitwise(lambda bits, axes: bits.sum(axes, dtype=bits.dtype) & 1), lambda dtype: 0))
 
 
+@register("reduce")
+def _reduce(ctx, *operands_and_inits, computation, jaxpr, dimensions):
+  """lax.reduce with a custom body: a pairwise tree of body applications over the reduced elements, padded to a power
+  of two with the init values, which the result is folded into last. XLA leaves the order unspecified (the body
+  must be associative, the init values its identities); its CPU loop runs in sequence."""
+  count = len(operands_and_inits) // 2
+  operands, inits = operands_and_inits[:count], operands_and_inits[count:]
+  if not dimensions:
+    return list(operands)
+  kept = [d for d in range(operands[0].ndim) if d not in dimensions]
+  kept_shape = tuple(operands[0].shape[d] for d in kept)
+  rows = [x.permute(*dimensions, *kept).reshape(-1, *kept_shape) for x in operands]
+  size = rows[0].shape[0]
+  width = 1 << max(size - 1, 0).bit_length()
+  if width > size:
+    edges = ((0, width - size),) + (None,) * len(kept)
+    inside = Tensor.full((size,) + (1,) * len(kept), True, buffer=False).pad(edges)
+    rows = [inside.where(row.pad(edges), init) for row, init in zip(rows, inits)]
+  while width > 1:
+    width //= 2
+    # NB: realized per level: fused, level k would recompute its input 2**k times
+    rows = [row.contiguous() for row in ctx.backend.run_jaxpr(jaxpr, *(r[:width] for r in rows),
+                                                              *(r[width:] for r in rows))]
+  return ctx.backend.run_jaxpr(jaxpr, *inits, *(row.reshape(kept_shape) for row in rows))
+
+
 def _arg_extreme(pick: str):
   """argmax / argmin: the first index of the extreme value, or of the first NaN (XLA)."""
   def rule(ctx, x, *, axes, index_dtype):
@@ -109,7 +136,10 @@ register("argmin")(_arg_extreme("min"))
 # --- cumulative ops along `axis`
 
 def _cumulative(scan):
-  """A cum* rule from `scan(x, axis)`, a forward inclusive scan; reverse scans the flipped axis."""
+  """A cum* rule from `scan(x, axis)`, a forward inclusive scan; reverse scans the flipped axis.
+
+  NB: XLA reduces each window from its start, so in reverse its order differs from the flipped scan's: rounding
+  may differ by an ulp, and a reverse cumprod may meet an overflowed inf before a 0 (NaN where XLA has 0)."""
   def rule(ctx, x, *, axis, reverse):
     if not reverse:
       return scan(x, axis)
@@ -161,7 +191,7 @@ def _cumlogsumexp(x, axis):
   rest = counted.where((wide.unsqueeze(-2) - peak.unsqueeze(-1)).exp(), 0).sum(-1)
   # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
   total = (peak.isinf() | peak.isnan()).where(peak, peak + _log1p(rest))
-  return total.transpose(axis, -1).cast(x.dtype)
+  return _positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
 
 
 register("cumlogsumexp")(_cumulative(_cumlogsumexp))

@@ -39,8 +39,17 @@ def _squeeze(ctx, x, *, dimensions):
 
 
 @register("concatenate")
-def _concatenate(ctx, first, *rest, dimension):
-  return first.cat(*rest, dim=dimension) if rest else first
+def _concatenate(ctx, *operands, dimension):
+  # NB: tinygrad's cat adds up zero-padded pieces, which turns -0.0 into +0.0: select each piece in instead
+  pieces = [x for x in operands if x.shape[dimension]] or operands[:1]
+  total, start, joined = sum(x.shape[dimension] for x in pieces), 0, None
+  for x in pieces:
+    size = x.shape[dimension]
+    edges = _along(dimension, x.ndim, (start, total - start - size))
+    inside = Tensor.full(x.shape, True, buffer=False).pad(edges)
+    joined = x.pad(edges) if joined is None else inside.where(x.pad(edges), joined)
+    start += size
+  return joined
 
 
 @register("split")

@@ -1,0 +1,177 @@
+"""cond, while and scan on tinygrad (and what JAX builds from them: switch, fori_loop, an RNN and its gradient,
+jnp.diagonal's platform_index), custom_linear_solve, stop_gradient and optimization_barrier, against JAX."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import tinyjax
+import tinyjax.lax
+from oracle import check
+from tinyjax.backends.tinygrad import control_flow
+from tinyjax.core.mirror import wrap
+
+
+def check_traced(fn, *args, **kwargs):
+  """fn, written against JAX, traced whole by JAX (jit) and by tinyjax."""
+  return check(lambda np_, *xs: jax.jit(fn)(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
+
+
+def lax_of(np_):
+  return tinyjax.lax if np_ is not jnp else lax
+
+
+X = np.array([[0.5, -1.5, 2.0], [3.0, -0.0, 1.25]], np.float32)
+I = np.array([[3, -7, 0], [2**31 - 1, -2**31, 5]], np.int32)
+
+
+# --- cond and switch
+
+@pytest.mark.parametrize("x", [X, -X, I, -I], ids=["f32", "f32_neg", "i32", "i32_neg"])
+def test_cond(x):
+  check(lambda np_, x: lax_of(np_).cond(x.sum() > 0, lambda x: (x * 2, x.max()), lambda x: (-x, x.min()), x), x)
+
+
+@pytest.mark.parametrize("index", [-5, -1, 0, 1, 2, 3, 100])
+def test_switch_clamps_the_index(index):
+  check_traced(lambda i, x: lax.switch(i, [lambda x: x + 1, lambda x: x * x, jnp.sin], x), np.int32(index), X)
+
+
+@pytest.mark.parametrize("divisor", [0, 3, -1])
+def test_unselected_branch_cannot_crash(divisor):
+  # integer division by zero and INT_MIN // -1 in the branch not taken, an out-of-bounds index in the other
+  def fn(x, d, i):
+    safe = (d != 0) & ~((x.min() == -2**31) & (d == -1))
+    return lax.cond(safe, lambda: x // d + x % d, lambda: x + x[i])
+  check_traced(fn, I, np.int32(divisor), np.int32(7))
+
+
+def test_cond_constant_index():
+  # a literal predicate runs only its branch
+  check_traced(lambda x: lax.cond(True, jnp.sin, jnp.cos, x) + lax.switch(1, [jnp.sin, jnp.cos, jnp.exp], x), X)
+
+
+def test_cond_inside_vmap_selects():
+  check_traced(jax.vmap(lambda p, x: lax.cond(p, lambda x: x * 3, lambda x: -x, x)), np.array([True, False]), X)
+
+
+# --- while
+
+@pytest.mark.parametrize("a", [2.0, 0.01, 1e6, 7.0])
+def test_while_newton_sqrt(a):
+  def newton(a):
+    body = lambda s: ((s[0] + a / s[0]) / 2, s[1] + 1)
+    return lax.while_loop(lambda s: (jnp.abs(s[0] * s[0] - a) > 1e-6 * a) & (s[1] < 100), body, (a, 0))
+  check_traced(newton, np.float32(a))
+
+
+def test_while_zero_trips():
+  check_traced(lambda x: lax.while_loop(lambda x: x.sum() < 0, lambda x: x * 2, x), X)
+
+
+@pytest.mark.parametrize("n", [1, 6, 27])
+def test_while_collatz_data_dependent_trips(n):
+  def steps(n):
+    body = lambda s: (jnp.where(s[0] % 2 == 0, s[0] // 2, 3 * s[0] + 1), s[1] + 1)
+    return lax.while_loop(lambda s: s[0] != 1, body, (n, jnp.int32(0)))
+  check_traced(steps, np.int32(n))
+
+
+@pytest.mark.parametrize("bounds", ["static", "dynamic"])
+def test_fori_loop(bounds):
+  body = lambda i, c: (c[0] * 0.5 + i, c[1] + c[0].sum())
+  if bounds == "static":  # a scan
+    check_traced(lambda x: lax.fori_loop(2, 9, body, (x, jnp.float32(0))), X)
+  else:  # a while loop
+    check_traced(lambda x, lo, hi: lax.fori_loop(lo, hi, body, (x, jnp.float32(0))), X, np.int32(2), np.int32(9))
+
+
+# --- scan
+
+def cumulative(c, x):
+  return c + x, (c * x, c.sum())
+
+
+SCANS = {  # id: (fn of xs, xs)
+  "basic": (lambda xs: lax.scan(cumulative, jnp.full(3, 0.5, jnp.float32), xs), X),
+  "reverse": (lambda xs: lax.scan(cumulative, jnp.ones(3, jnp.float32), xs, reverse=True), X),
+  "consts": (lambda xs: lax.scan(lambda c, x: (c * xs[0] + x, c - xs[1]), xs[1], xs), X),
+  "carries_and_ys": (lambda xs: lax.scan(lambda c, x: ((c[0] + x, c[1] * 2, c[2] | (x > 1)), (x, c[1], c[0])),
+                                          (jnp.float32(0), jnp.int32(1), False), xs), X[:, 0]),
+  "no_ys": (lambda xs: lax.scan(lambda c, x: (c + x, None), jnp.int32(0), xs)[0], I[0]),
+  "no_xs": (lambda x: lax.scan(lambda c, _: (c * 2, c), x, None, length=4), X[0]),
+  "length_0": (lambda xs: lax.scan(cumulative, jnp.ones(3, jnp.float32), xs), np.zeros((0, 3), np.float32)),
+  "unchanged_carry": (lambda xs: lax.scan(lambda c, x: (c, c + x), xs[0], xs), X),
+  "two_xs": (lambda xs: lax.scan(lambda c, x: (c + x[0] * x[1], x[1]), 0.0, (xs, xs[::-1])), X[:, 1]),
+}
+
+
+@pytest.mark.parametrize("case", SCANS)
+def test_scan(case):
+  fn, xs = SCANS[case]
+  check_traced(fn, xs)
+
+
+def rnn(w, h, xs):
+  step = lambda h, x: (jnp.tanh(h @ w + x), h.sum())
+  return lax.scan(step, h, xs)
+
+
+RNG = np.random.default_rng(0)
+W = (RNG.standard_normal((4, 4)) * 0.4).astype(np.float32)
+H = RNG.standard_normal(4).astype(np.float32)
+
+
+@pytest.mark.parametrize("length", [7, control_flow.SCAN_UNROLLED + 5])
+def test_rnn_and_its_gradient(length):
+  xs = RNG.standard_normal((length, 4)).astype(np.float32)
+  loss = lambda w, h, xs: (rnn(w, h, xs)[0] ** 2).sum() + rnn(w, h, xs)[1].sum()
+  check_traced(rnn, W, H, xs, rtol=1e-5, atol=1e-6)
+  check(lambda np_, w, h, xs: (jax.grad if np_ is jnp else tinyjax.grad)(loss, argnums=(0, 1))(w, h, xs),
+        W, H, xs, rtol=1e-4, atol=1e-5)
+
+
+def test_long_scan():
+  # replays a TinyJit of a chunk of steps: ~1000 steps take well under a second once captured
+  xs = RNG.standard_normal((1000, 4)).astype(np.float32) * 0.1
+  check_traced(rnn, W, H, xs, rtol=1e-4, atol=1e-5)
+  check_traced(lambda xs: lax.scan(cumulative, jnp.zeros(4, jnp.float32), xs, reverse=True), xs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [5, control_flow.SCAN_UNROLLED + 3])
+def test_scan_replayed_with_new_inputs(length):
+  # the program (short scans: a TinyJit of the whole program) or the scan's own TinyJit is captured, then replayed
+  xs = RNG.standard_normal((3, length, 4)).astype(np.float32)
+  traced = wrap(rnn)
+  for i in range(3):
+    check(lambda np_, w, h, x: rnn(w, h, x) if np_ is jnp else traced(w, h, x), W, H + i, xs[i], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("length", [2, control_flow.SCAN_UNROLLED + 1])
+def test_nested_loops(length):
+  # a long scan whose body has a while loop cannot replay a TinyJit of its body: it runs step by step
+  def fn(xs):
+    inner = lambda c: lax.while_loop(lambda c: c[1] < 2, lambda c: (c[0] * 1.5, c[1] + 1), (c, 0))[0]
+    step = lambda c, x: (inner(c) * 0.1 + x, lax.scan(lambda a, b: (a + b, a), c.sum(), x)[1])
+    return lax.scan(step, jnp.ones(3, jnp.float32), xs)
+  check_traced(fn, np.resize(X, (length, 3)), rtol=1e-5)
+
+
+# --- the rest
+
+def test_diagonal_platform_index():
+  check(lambda np_, x: np_.diagonal(x), np.arange(9.0, dtype=np.float32).reshape(3, 3))
+
+
+def test_custom_linear_solve():
+  diagonal = np.array([2.0, -4.0, 0.5], np.float32)
+
+  def solve(b):
+    matvec = lambda x: diagonal * x
+    return lax.custom_linear_solve(matvec, b, lambda mv, b: b / diagonal, symmetric=True)
+  check_traced(solve, np.array([1.0, 2.0, 3.0], np.float32))
+
+
+def test_stop_gradient_and_optimization_barrier():
+  check_traced(lambda x: (lax.stop_gradient(x) * 2, *lax.optimization_barrier((x, x + 1))), X)
