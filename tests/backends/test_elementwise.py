@@ -9,14 +9,12 @@ import subprocess
 import sys
 import textwrap
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 from jax.extend.core import primitives
 
-import tinyjax
 from oracle import check, check_lax
 from tinyjax.core.mirror import wrap
 from xfail import param
@@ -205,6 +203,12 @@ def test_fused_wraparound():
     x = int_values(dtype)
     check(lambda np_, v: np_.greater(np_.add(v, np_.ones_like(v)), v), x)
     check(lambda np_, v: np_.floor_divide(np_.multiply(v, 3), 2), x)
+
+
+def test_fused_float16_rounds_each_op():
+  """float16 ops in one kernel round like XLA after each op, not once at the end."""
+  a, b, c = (np.random.default_rng(seed).standard_normal(500).astype(F16) for seed in range(3))
+  check(lambda np_, x, y, z: np_.sqrt(np_.abs(np_.add(np_.multiply(x, y), z))) / y, a, b, c, rtol=0)
 
 
 @pytest.mark.parametrize("prim", ["bitwise_and", "bitwise_or", "bitwise_xor", "max", "min", "eq", "lt", "ge"])

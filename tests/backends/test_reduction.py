@@ -101,7 +101,8 @@ def test_sum_of_negative_zeros():
 
 @pytest.mark.parametrize("dtype", INTS, ids=name)
 def test_integer_sums_and_products_wrap_in_the_operand_dtype(dtype):
-  check_traced(lambda x: [lax.reduce_sum(x, (0,)), lax.reduce_prod(x, (0,))], np.full((5, 2), np.iinfo(dtype).max, dtype))
+  check_traced(lambda x: [lax.reduce_sum(x, (0,)), lax.reduce_prod(x, (0,))],
+               np.full((5, 2), np.iinfo(dtype).max, dtype))
 
 
 @pytest.mark.parametrize("prim, dtype", [param("reduce_sum", np.float16, name="reduce_sum(overflowing partial sum)",
@@ -193,3 +194,23 @@ NUMPY_FUNCTIONS = {
 @pytest.mark.parametrize("fn", NUMPY_FUNCTIONS.values(), ids=NUMPY_FUNCTIONS.keys())
 def test_numpy_functions(fn):
   check(fn, edges(np.float32))
+
+
+# --- reduce with a custom body
+
+def first_largest(a, b):
+  """An associative body on (value, index) pairs: the larger value, the smaller index among equal ones."""
+  (a_value, a_index), (b_value, b_index) = a, b
+  pick_a = (a_value > b_value) | ((a_value == b_value) & (a_index < b_index))
+  return lax.select(pick_a, a_value, b_value), lax.select(pick_a, a_index, b_index)
+
+
+@pytest.mark.parametrize("shape, axes", [((3, 5), (1,)), ((3, 5), (0, 1)), ((4, 2), (0,)), ((2, 0), (1,)),
+                                         ((0, 0), (0,)), ((3,), ())], ids=str)
+def test_reduce_custom_body(shape, axes):
+  """Sizes that are not powers of two, empty and no axes; one operand (wrapping int32 sums) and two."""
+  values, ints = sample(shape, np.float32), sample(shape, np.int32)
+  indices = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+  check_traced(lambda v, i, n: [lax.reduce(n, np.int32(0), lambda a, b: a + b + 0, axes),
+                                *lax.reduce((v, i), (np.float32(-np.inf), np.int32(0)), first_largest, axes)],
+               values, indices, ints)

@@ -45,13 +45,15 @@ def check_traced(fn, *args, **kwargs):
 CASES = {
   "broadcast_in_dim": lambda x, s, e, p: [lax.broadcast_in_dim(x, (2, 3, 4), (1, 2)),
                                           lax.broadcast_in_dim(x[:, :1], (3, 2, 4), (0, 2)),
-                                          lax.broadcast_in_dim(s, (2, 3), ()), lax.broadcast_in_dim(e, (2, 0, 3), (1, 2))],
+                                          lax.broadcast_in_dim(s, (2, 3), ()),
+                                          lax.broadcast_in_dim(e, (2, 0, 3), (1, 2))],
   "reshape": lambda x, s, e, p: [lax.reshape(x, (4, 3)), lax.reshape(x, (2, 6), (1, 0)), lax.reshape(s, (1, 1)),
                                  lax.reshape(e, (3, 0, 1))],
   "transpose": lambda x, s, e, p: [lax.transpose(x, (1, 0)), lax.transpose(lax.reshape(x, (2, 2, 3)), (2, 0, 1)),
                                    lax.transpose(e, (1, 0)), lax.transpose(s, ())],
   "squeeze": lambda x, s, e, p: [lax.squeeze(lax.reshape(x, (1, 3, 1, 4)), (0, 2)),
-                                 lax.squeeze(lax.reshape(s, (1, 1)), (0, 1)), lax.squeeze(lax.reshape(e, (0, 1, 3)), (1,))],
+                                 lax.squeeze(lax.reshape(s, (1, 1)), (0, 1)),
+                                 lax.squeeze(lax.reshape(e, (0, 1, 3)), (1,))],
   "concatenate": lambda x, s, e, p: [lax.concatenate([x, x[1:]], 0), lax.concatenate([x[:, :1], x, x[:, 2:]], 1),
                                      lax.concatenate([e, x[:, :3], e], 0), lax.concatenate([x], 1)],
   "pad": lambda x, s, e, p: [lax.pad(x, p, [(1, 2, 0), (0, 1, 1)]), lax.pad(x, p, [(-1, 1, 0), (2, -3, 2)]),
@@ -61,7 +63,8 @@ CASES = {
                                lax.slice(x, (1, 1), (1, 3)), lax.slice(x, (0, 0), (3, 4), (5, 3)),
                                lax.slice(e, (0, 1), (0, 3), (1, 2))],
   "rev": lambda x, s, e, p: [lax.rev(x, (0,)), lax.rev(x, (0, 1)), lax.rev(e, (1,)), lax.rev(s, ())],
-  "split": lambda x, s, e, p: [*lax.split(x, (1, 3), axis=1), *lax.split(x, (0, 3), axis=0), *lax.split(e, (2, 1), 1)],
+  "split": lambda x, s, e, p: [*lax.split(x, (1, 3), axis=1), *lax.split(x, (0, 3), axis=0),
+                               *lax.split(e, (2, 1), 1)],
   "stack": lambda x, s, e, p: [lax.stack([x, x], 1), lax.stack([s, s, s]), lax.stack([e], 2)],
   "unstack": lambda x, s, e, p: [*lax.unstack(x, 1), *lax.unstack(e, 0), *lax.unstack(e, 1)],
   "tile": lambda x, s, e, p: [lax.tile(x, (2, 3)), lax.tile(x, (1, 0)), lax.tile(e, (2, 1)),
@@ -79,8 +82,8 @@ def test_shape(prim, dtype):
 @pytest.mark.parametrize("dtype", [param(dtype, name="iota", dtype=dtype, id=np.dtype(dtype).name)
                                    for dtype in DTYPES if dtype != np.bool_])
 def test_iota(dtype):
-  check_traced(lambda: [lax.iota(dtype, 5), lax.broadcasted_iota(dtype, (2, 3), 1), lax.broadcasted_iota(dtype, (2, 3), 0),
-                        lax.iota(dtype, 0)])
+  check_traced(lambda: [lax.iota(dtype, 5), lax.broadcasted_iota(dtype, (2, 3), 1),
+                        lax.broadcasted_iota(dtype, (2, 3), 0), lax.iota(dtype, 0)])
 
 
 def test_iota_wraps_and_rounds():

@@ -11,7 +11,7 @@ import numpy as np
 from tinyjax.backends import mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, indexing, random, reduction, shape, sorting)
+  contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting)
 from tinyjax.backends.tinygrad.table import HOST_SYNC, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 

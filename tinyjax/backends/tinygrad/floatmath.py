@@ -4,7 +4,7 @@ Each function takes and returns Tensors of one float dtype. Two kinds:
 - functions XLA computes to an ulp or two (exp, log, sin, pow, atan2, ...) are evaluated in float64 and rounded;
 - functions XLA expands into a formula in the operand's dtype (exp2, logistic, sinh, cosh, erf, erfc, erf_inv,
   lgamma, digamma) replay that formula with the same roundings, so they share XLA's errors.
-`# NB:` marks where tinygrad's own function differs from XLA by more than a few ulp.
+`# NB:` marks where tinygrad's own function, or its optimizer's rewriting of float expressions, differs from XLA.
 """
 import math
 import operator

@@ -1,6 +1,6 @@
 """Reductions (reduce_sum, _prod, _max, _min, _and, _or, _xor, reduce with a custom body, argmax, argmin) and the
-cumulative ops (cumsum,
-cumprod, cummax, cummin, cumlogsumexp), with XLA's results on NaN, signed zeros, empty axes and integer wrap-around.
+cumulative ops (cumsum, cumprod, cummax, cummin, cumlogsumexp), with XLA's results on NaN, signed zeros, empty axes
+and integer wrap-around.
 
 An order key carries most of it: floats compared as integers (their bits, with the magnitude bits of negatives
 flipped) order -0.0 below +0.0 as XLA's max/min do, and let NaN sort above or below everything, so it propagates.
@@ -101,8 +101,8 @@ def _reduce(ctx, *operands_and_inits, computation, jaxpr, dimensions):
     return list(operands)
   kept = [d for d in range(operands[0].ndim) if d not in dimensions]
   kept_shape = tuple(operands[0].shape[d] for d in kept)
-  rows = [x.permute(*dimensions, *kept).reshape(-1, *kept_shape) for x in operands]
-  size = rows[0].shape[0]
+  size = math.prod(operands[0].shape[d] for d in dimensions)
+  rows = [x.permute(*dimensions, *kept).reshape(size, *kept_shape) for x in operands]
   width = 1 << max(size - 1, 0).bit_length()
   if width > size:
     edges = ((0, width - size),) + (None,) * len(kept)

@@ -1,8 +1,8 @@
 """Shape primitives: broadcast_in_dim, reshape, transpose, squeeze, concatenate, pad, slice, rev, iota, split,
 stack, unstack, tile, copy. (jnp.expand_dims traces to broadcast_in_dim: there is no expand_dims primitive.)
 
-All of them are movement ops on tinygrad's lazy Tensors, except pad (a select against the padding value), iota
-(an arange) and copy (a fresh buffer).
+All of them are movement ops on tinygrad's lazy Tensors, except concatenate and pad (selects between padded
+pieces), iota (an arange) and copy (a contiguous tensor).
 """
 from tinygrad import Tensor, dtypes
 
