@@ -11,8 +11,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("cumprod(reverse, inf meets 0)", "float32"): "XLA multiplies each suffix from its first element; tinygrad scans the "
     "flipped axis, so an overflowed inf can meet a 0 (NaN) where XLA's 0 comes first",
   ("denormals", "float32"): "XLA's CPU backend flushes denormal inputs and results to zero; tinygrad keeps them",
-  ("fallback", "bfloat16"): "every program input is put on tinygrad (buffer.run -> TinygradBackend.put), which cannot "
-                            "hold bfloat16 here (clang 14 has no __bf16), so even the XLA fallback fails",
   ("select_and_gather_add ties, padded", None): "which of several equal maxima a padded window picks follows XLA's "
     "CPU reduce_window loop order, which changes with padding and window size; tinygrad walks windows row-major",
 }

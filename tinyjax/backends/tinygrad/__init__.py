@@ -62,12 +62,14 @@ class TinygradBackend(Backend):
   def put(self, host):
     from tinygrad import Tensor
     host = np.require(host, requirements="C")  # NB: np.ascontiguousarray makes a 0-d array 1-d
+    if not self.supports_dtype(host.dtype):  # NB: e.g. bfloat16 under clang 14: only XLA segments read it
+      return host
     if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around
       return Tensor(host.reshape(1), device=self.tg_device).realize().reshape(())
     return Tensor(host, device=self.tg_device).realize()
 
   def get(self, buffer):
-    return buffer.numpy()
+    return buffer if isinstance(buffer, np.ndarray) else buffer.realize().numpy()
 
   def const(self, c):
     from tinygrad import Tensor
@@ -149,7 +151,8 @@ class TinygradBackend(Backend):
     def run(inputs):
       outs = self._execute(program, plan.steps, inputs)
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
-      outs = [t if isinstance(a, int) and a < len(inputs) else t.contiguous() for a, t in zip(program.outputs, outs)]
+      outs = [t if isinstance(a, int) and a < len(inputs) or isinstance(t, np.ndarray) else t.contiguous()
+              for a, t in zip(program.outputs, outs)]
       return _realize(outs)
 
     runner = _Replayed(run, program, self.const) if plan.jittable else run
@@ -160,7 +163,7 @@ class TinygradBackend(Backend):
 
     def step(env):
       import jax
-      results = fn(*[jax.device_put(self.get(env[s].realize())) for s in segment.inputs])
+      results = fn(*[jax.device_put(self.get(env[s])) for s in segment.inputs])
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
@@ -170,10 +173,11 @@ def _realize(outs: list) -> list:
   """Realize the outputs together; each becomes a device buffer (or a view of one)."""
   from tinygrad import Tensor
   from tinygrad.uop.ops import Ops
-  if pending := [t for t in outs if not t.uop.is_realized]:
+  tensors = [t for t in outs if isinstance(t, Tensor)]  # the others are host arrays of dtypes the device lacks
+  if pending := [t for t in tensors if not t.uop.is_realized]:
     Tensor.realize(*pending)
   # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer; a Value needs a buffer
-  if folded := [i for i, t in enumerate(outs) if t.uop.base.op is not Ops.BUFFER]:
+  if folded := [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base.op is not Ops.BUFFER]:
     outs = list(outs)
     for i in folded:
       outs[i] = outs[i].clone()
