@@ -17,6 +17,7 @@ class Setting:
   default: str
   choices: tuple[str, ...] | None
   doc: str
+  integer: bool = False  # the value must be a non-negative integer
 
 
 SETTINGS: dict[str, Setting] = {
@@ -25,19 +26,26 @@ SETTINGS: dict[str, Setting] = {
                     "tinygrad device string (DEV syntax: CPU, CL, METAL, CUDA, ...; CLANG means CPU); empty: tinygrad's default"),
   "fallback": Setting("TINYJAX_FALLBACK", "xla", ("xla", "warn", "error"),
                       "what happens to an equation tinygrad cannot run: run it on XLA, also warn once per primitive, or raise"),
-  "buffer_limit": Setting("TINYJAX_BUFFER_LIMIT", "2000", None, "flush once this many equations are pending"),
+  "buffer_limit": Setting("TINYJAX_BUFFER_LIMIT", "2000", None, "flush once this many equations are pending",
+                          integer=True),
   "log_compiles": Setting("TINYJAX_LOG_COMPILES", "0", ("0", "1"), "print each program tinyjax compiles and why the cache missed"),
 }
 
 _overrides: dict[str, str] = {}
-_device_stack: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tinyjax_device_stack", default=())
+# (backend or None, device) pushed by `default_device`
+_device_stack: contextvars.ContextVar[tuple[tuple[str | None, str], ...]] = contextvars.ContextVar(
+  "tinyjax_device_stack", default=())
 
 
 def get(name: str) -> str:
   """The value in effect: `update` first, then the environment variable, then the default."""
   setting = SETTINGS[name]
-  if name == "device" and (stack := _device_stack.get()):
-    return stack[-1]
+  if name in ("backend", "device") and (stack := _device_stack.get()):
+    backend, device = stack[-1]
+    if name == "device":
+      return device
+    if backend is not None:
+      return backend
   if name in _overrides:
     return _overrides[name]
   return os.environ.get(setting.env, setting.default)
@@ -46,9 +54,11 @@ def get(name: str) -> str:
 def _check(name: str, value: str) -> str:
   if name not in SETTINGS:
     raise ValueError(f"unknown tinyjax setting {name!r}; settings are {sorted(SETTINGS)}")
-  choices = SETTINGS[name].choices
-  if choices is not None and value not in choices:
-    raise ValueError(f"{SETTINGS[name].env}={value!r} is not one of {list(choices)}")
+  setting = SETTINGS[name]
+  if setting.choices is not None and value not in setting.choices:
+    raise ValueError(f"{setting.env}={value!r} is not one of {list(setting.choices)}")
+  if setting.integer and not value.strip().isdigit():
+    raise ValueError(f"{setting.env}={value!r} is not a non-negative integer")
   return value
 
 
@@ -67,8 +77,13 @@ def validated(name: str) -> str:
 
 @contextlib.contextmanager
 def default_device(device):
-  """Run the enclosed code's flushes on `device` (a device string or an object from `tinyjax.devices()`)."""
-  token = _device_stack.set(_device_stack.get() + (str(getattr(device, "name", device)),))
+  """Run the enclosed code's flushes on `device` (a device string or an object from `tinyjax.devices()`).
+
+  A device from `tinyjax.devices(backend)` also selects its backend; a device string keeps the backend in effect.
+  """
+  backend = getattr(device, "platform", None)
+  entry = (backend if backend in SETTINGS["backend"].choices else None, str(getattr(device, "name", device)))
+  token = _device_stack.set(_device_stack.get() + (entry,))
   try:
     yield
   finally:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-from tinyjax.report import collecting
 from oracle import check, check_lax
 from tinyjax.core.mirror import wrap
+from tinyjax.report import collecting
 from xfail import param
 
 # float32 (and float16) sums of products run in another order than XLA's: allow a few ulp of the sum's terms.
@@ -18,6 +18,7 @@ TOLERANCE = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float16: dict(rtol=2e-3,
 
 
 def data(shape, dtype, seed=0):
+  """Random values of a dtype: normal floats, integers in [-100, 100] (clipped to the dtype), fair booleans."""
   rng = np.random.default_rng(seed)
   if dtype == np.bool_:
     return rng.random(shape) < 0.5
@@ -37,7 +38,6 @@ def check_traced(fn, *args, **kwargs):
 DOT_CASES = {  # id: (lhs shape, rhs shape, dimension_numbers)
   "matmul": ((3, 4), (4, 5), (((1,), (0,)), ((), ()))),
   "vector": ((4,), (4,), (((0,), (0,)), ((), ()))),
-  "matvec": ((3, 4), (4,), (((1,), (0,)), ((), ()))),
   "transposed": ((4, 3), (5, 4), (((0,), (1,)), ((), ()))),
   "batched": ((2, 3, 4), (2, 4, 5), (((2,), (1,)), ((0,), (0,)))),
   "batch_inside": ((3, 2, 4), (4, 5, 2), (((2,), (0,)), ((1,), (2,)))),
@@ -93,7 +93,6 @@ def test_dot_general_edge_values(lhs, rhs):
 # --- conv_general_dilated
 
 CONV_CASES = {  # id: (lhs shape, rhs shape, params)
-  "nchw": ((2, 3, 6, 5), (4, 3, 3, 2), dict(window_strides=(1, 1), padding="VALID")),
   "strided_same": ((2, 3, 7, 6), (4, 3, 3, 3), dict(window_strides=(2, 3), padding="SAME")),
   "pads": ((1, 2, 5, 5), (3, 2, 2, 3), dict(window_strides=(1, 1), padding=((2, 1), (0, 3)))),
   "negative_pads": ((1, 2, 7, 6), (3, 2, 2, 2), dict(window_strides=(1, 2), padding=((-1, 2), (1, -2)))),
@@ -108,7 +107,8 @@ CONV_CASES = {  # id: (lhs shape, rhs shape, params)
                                                      dimension_numbers=("HNWC", "IOWH", "CWNH"))),
   "1d": ((2, 3, 9), (4, 3, 3), dict(window_strides=(2,), padding=((1, 2),), rhs_dilation=(2,))),
   "1d_nwc": ((2, 9, 3), (3, 3, 4), dict(window_strides=(1,), padding="SAME", dimension_numbers=("NWC", "WIO", "NWC"))),
-  "3d": ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(window_strides=(1, 2, 1), padding=((1, 0), (1, 1), (0, 2)), lhs_dilation=(1, 1, 2))),
+  "3d": ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(window_strides=(1, 2, 1), padding=((1, 0), (1, 1), (0, 2)),
+                                                lhs_dilation=(1, 1, 2))),
   "3d_ndhwc": ((1, 4, 4, 3, 2), (2, 2, 2, 2, 3), dict(window_strides=(2, 1, 1), padding="VALID",
                                                       dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))),
   "empty_output": ((1, 1, 2, 2), (1, 1, 3, 3), dict(window_strides=(1, 1), padding="VALID")),
@@ -213,11 +213,15 @@ def _window_fn(reducer, dtype, window):
 
 
 def _window_params():
-  """Every window case for float32 sums; the window-building cases for max and min; one case for other dtypes."""
+  """float32 sums over the window cases, max and min over pooling and dilations, one case for the other dtypes."""
   for reducer in REDUCERS:
     for dtype in WINDOW_DTYPES:
-      cases = ("pads",) if dtype != np.float32 else WINDOW_CASES if reducer == "sum" else (
-        "pool", "base_dilation", "window_dilation")
+      if dtype != np.float32:
+        cases = ("pads",)
+      elif reducer == "sum":
+        cases = [case for case in WINDOW_CASES if case != "same"]
+      else:
+        cases = ("pool", "same", "base_dilation", "window_dilation")
       for case in cases:
         yield param(reducer, dtype, case, name=f"reduce_window_{reducer}", dtype=dtype,
                     id=f"{reducer}-{case}-{dtype.__name__}")
@@ -254,7 +258,6 @@ GENERIC_CASES = {  # id: (dtype, init, computation)
   "max_init": (np.float32, 0.0, lax.max),
   "min_inf": (np.float32, np.inf, lax.min),
   "int_add": (np.int32, 3, lax.add),
-  "int_mul": (np.int32, -2, lax.mul),
   "int_max": (np.int8, -5, lax.max),
   "bool_and": (np.bool_, True, lax.bitwise_and),
   "bool_or": (np.bool_, False, lax.bitwise_or),
@@ -262,12 +265,12 @@ GENERIC_CASES = {  # id: (dtype, init, computation)
 }
 
 
-@pytest.mark.parametrize("case,window", [param(c, w, name="reduce_window", dtype=GENERIC_CASES[c][0], id=f"{c}-{w}")
-                                         for c in GENERIC_CASES for w in ("base_dilation",)])
-def test_reduce_window_generic(case, window):
+@pytest.mark.parametrize("case", [param(c, name="reduce_window", dtype=GENERIC_CASES[c][0], id=c)
+                                  for c in GENERIC_CASES])
+def test_reduce_window_generic(case):
   """An init value passed as an array keeps JAX from recognizing the monoid: the reduce_window primitive."""
   dtype, init, computation = GENERIC_CASES[case]
-  shape, dims, strides, padding, base_dilation, window_dilation = WINDOW_CASES[window]
+  shape, dims, strides, padding, base_dilation, window_dilation = WINDOW_CASES["base_dilation"]
   check_lax("reduce_window", data(shape, dtype), np.array(init, dtype), computation, dims, strides, padding,
             base_dilation, window_dilation, **TOLERANCE.get(dtype, {}))
 
@@ -312,18 +315,12 @@ class SeedCNN(nn.Module):
     return nn.Dense(features=10)(x)
 
 
-LAYERS = {  # id: (module, the primitives it must run on tinygrad)
-  "conv": (nn.Conv(features=4, kernel_size=(3, 3), strides=(2, 1)), {"conv_general_dilated"}),
-  "dense": (nn.Dense(features=5), {"dot_general"}),
-  "cnn": (SeedCNN(), {"conv_general_dilated", "reduce_window_sum", "dot_general"}),
-}
-
-
-@pytest.mark.parametrize("layer", LAYERS)
-def test_flax_layers(layer):
+def test_flax_seed_cnn():
+  """The seed's conv, pool and dense layers (with silu between) run on tinygrad and match XLA."""
   images = data((2, 8, 8, 1), np.float32)
-  module, primitives = LAYERS[layer]
-  params = module.init(jax.random.key(0), images)
+  cnn = SeedCNN()
+  params = cnn.init(jax.random.key(0), images)
   with collecting() as report:
-    check_traced(lambda x: module.apply(params, x), images, **TOLERANCE[np.float32])
-  assert primitives <= {p for backend, p in report.primitives if backend == "tinygrad"}, report
+    check_traced(lambda x: cnn.apply(params, x), images, **TOLERANCE[np.float32])
+  ran_natively = {p for backend, p in report.primitives if backend == "tinygrad"}
+  assert {"conv_general_dilated", "reduce_window_sum", "dot_general"} <= ran_natively, report

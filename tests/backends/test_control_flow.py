@@ -8,7 +8,7 @@ from jax import lax
 
 import tinyjax
 import tinyjax.lax
-from oracle import check
+from oracle import check, native
 from tinyjax.backends.tinygrad import control_flow
 from tinyjax.core.mirror import wrap
 
@@ -148,14 +148,25 @@ def test_scan_replayed_with_new_inputs(length):
     check(lambda np_, w, h, x: rnn(w, h, x) if np_ is jnp else traced(w, h, x), W, H + i, xs[i], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("length", [2, control_flow.SCAN_UNROLLED + 1])
-def test_nested_loops(length):
-  # a long scan whose body has a while loop cannot replay a TinyJit of its body: it runs step by step
+def test_nested_loops():
   def fn(xs):
     inner = lambda c: lax.while_loop(lambda c: c[1] < 2, lambda c: (c[0] * 1.5, c[1] + 1), (c, 0))[0]
     step = lambda c, x: (inner(c) * 0.1 + x, lax.scan(lambda a, b: (a + b, a), c.sum(), x)[1])
     return lax.scan(step, jnp.ones(3, jnp.float32), xs)
-  check_traced(fn, np.resize(X, (length, 3)), rtol=1e-5)
+  check_traced(fn, X)
+
+
+def test_long_scan_with_a_while_loop_inside():
+  # its body reads values on the host, so no TinyJit can capture it: the scan runs step by step
+  step = lambda c, x: (lax.while_loop(lambda c: c.sum() < x, lambda c: c + 1, c), c.sum())
+  check_traced(lambda xs: lax.scan(step, jnp.zeros(2, jnp.int32), xs), np.arange(control_flow.SCAN_UNROLLED + 1))
+
+
+def test_body_without_a_rule_runs_the_whole_loop_on_xla():
+  fn = lambda x: lax.fori_loop(0, 2, lambda i, x: jnp.linalg.qr(x)[1] + x, x)
+  with pytest.raises(tinyjax.FallbackError), native():
+    wrap(fn)(X[:, :2])
+  check_traced(fn, X[:, :2], native_only=False, rtol=1e-5)
 
 
 # --- the rest

@@ -109,7 +109,7 @@ def test_lu_pivots_to_permutation():
   close(lambda np_, p: lax_linalg(np_, "lu_pivots_to_permutation", permutation_size=5)(p), pivots)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES[:-1], ids=str)  # jax.scipy.linalg.lu takes no batch dimensions
 def test_scipy_lu(shape):
   close(lambda np_, x: SCIPY[np_].lu(x), well_conditioned(shape))
 

@@ -187,9 +187,12 @@ def test_closed_over_key():
   check_traced(lambda x: x + jax.random.uniform(key, (3,)), np.ones(3, np.float32))
 
 
-def test_all_native():
-  with native():
-    tinyjax.random.normal(tinyjax.random.key(0), (3,)).block_until_ready()
+def test_other_implementations_run_on_xla():
+  # only threefry keys are computed natively; rbg keys (XLA's RngBitGenerator) fall back, with JAX's results
+  with pytest.raises(tinyjax.FallbackError), native():
+    tinyjax.random.key(0, impl="rbg")
+  check(lambda np_, s: random_of(np_).uniform(random_of(np_).key(s, impl="rbg"), (3,)), np.int32(5),
+        native_only=False)
 
 
 # --- 64 bits

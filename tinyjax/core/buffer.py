@@ -93,7 +93,7 @@ def append(traced, inputs: list[Value], source: str) -> list[Value]:
 def track(array) -> None:
   """Register an Array whose value is pending; flush when the buffer grows past its bound."""
   _buffer.pending.append(weakref.ref(array))
-  if _buffer.n_eqns > int(config.get("buffer_limit")):
+  if _buffer.n_eqns > int(config.validated("buffer_limit")):
     flush()
 
 
@@ -105,10 +105,19 @@ def flush(extra=()) -> None:
     _buffer.pending.clear()
     _buffer.n_eqns = 0
     values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
-    if values:
+    if not values:
+      return
+    backend = current_backend()
+    try:
       # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
       # other values do not rerun (and fail on) equations that nobody asked for
-      run(values, current_backend())
+      run(values, backend)
+      return
+    except Exception:
+      asked = list({id(v): v for v in extra if v.node is not None}.values())
+      if not asked or len(asked) == len(values):
+        raise
+    run(asked, backend)  # the values read may not need what failed: they alone decide whether the read raises
 
 
 def _collect(values):
@@ -146,7 +155,7 @@ def run(values: list[Value], backend) -> None:
     program = _build(nodes, wiring, input_values, outs)
     compiled = _programs[key] = backend.compile(program)
     report.record_compile()
-    if config.get("log_compiles") == "1":
+    if config.validated("log_compiles") == "1":
       print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
             f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source})", file=sys.stderr)
     if len(_programs) > _PROGRAM_CACHE_SIZE:

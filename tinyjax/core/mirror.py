@@ -85,7 +85,13 @@ def mirror(namespace: dict, jax_module, passthrough=(), overrides=None):
         obj = getattr(jax_module, name)
       except AttributeError:
         raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}") from None
-      value = obj if name in passthrough else _mirrored(obj)
+      if name in passthrough:
+        value = obj
+      elif isinstance(obj, types.ModuleType):  # e.g. lax.linalg, scipy.stats.norm: mirrored the same way
+        value = types.ModuleType(f"{namespace['__name__']}.{name}", obj.__doc__)
+        value.__getattr__, value.__dir__ = mirror(value.__dict__, obj)
+      else:
+        value = _mirrored(obj)
     namespace[name] = value
     return value
 

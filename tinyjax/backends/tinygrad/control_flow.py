@@ -52,6 +52,16 @@ def _distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
   return out
 
 
+def _replay(jit, *args):
+  """jit(*args); a TinyJit that rejects its inputs (laid out unlike the ones it captured) is captured anew."""
+  from tinygrad.engine.jit import JitError
+  try:
+    return jit(*args)
+  except JitError:
+    jit.reset()
+    return jit(*args)
+
+
 def _at(x: Tensor, i) -> Tensor:
   """x[i] along the leading axis; `i` may be a bound Variable expression."""
   return x.shrink(((i, i + 1),) + tuple((0, n) for n in x.shape[1:]))
@@ -95,7 +105,8 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   step = functools.partial(_while_step, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts)
   jitted = not _capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
   if jitted:
-    step = _while_jit(ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, ctx.in_avals)
+    step = functools.partial(_replay, _while_jit(ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+                                                 ctx.in_avals))
     consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
   while go.item():
     *carry, go = step(*consts, *carry)
@@ -142,7 +153,7 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
     carry = _distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
     position = Variable("scan_step", 0, length - SCAN_CHUNK)
     for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
-      carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)
+      carry = _replay(jitted, position.bind(done), *consts, *carry, *xs, *ys)
     done += SCAN_CHUNK
     # NB: TinyJit reuses its output buffers on every replay: the carry is copied out of them
     carry = _distinct_buffers(ctx.device, carry, taken=carry)

@@ -22,6 +22,10 @@ NOT_YET_NATIVE: dict[str, str] = {
   "after_all": _EFFECT, "create_token": _EFFECT, "get": _EFFECT, "swap": _EFFECT, "name": _EFFECT,
   "device_put": "a transfer between devices: tinyjax moves data itself", "sharding_constraint": _COLLECTIVE,
   "empty2": _EFFECT,
+  # random numbers other than threefry's bits
+  "random_gamma": "a rejection-sampling loop per element (XLA runs it as a batched while loop); not native yet",
+  "rng_bit_generator": "XLA's RngBitGenerator (keys of the rbg implementations): bits of XLA's own algorithm",
+  "rng_uniform": "XLA's stateful generator: its values are unspecified, there is nothing to reproduce",
   # indexing and sorting
   "select_and_scatter": "generic select and scatter bodies; JAX emits it only inside its lowering of "
                         "select_and_scatter_add (which is native), never in a traced program",

@@ -33,7 +33,7 @@ def _threefry(k1: Tensor, k2: Tensor, x1: Tensor, x2: Tensor) -> tuple[Tensor, T
 
 
 def _key_words(data: Tensor, n_trailing: int = 0) -> tuple[Tensor, Tensor]:
-  """The two words of raw keys uint32[*K, 2], each shaped [*K, 1 * n_trailing] to broadcast over a sample shape."""
+  """The two words of raw keys uint32[*K, 2], each shaped [*K] and `n_trailing` ones, to broadcast over samples."""
   shape = data.shape[:-1] + (1,) * n_trailing
   return data[..., 0].reshape(shape), data[..., 1].reshape(shape)
 
@@ -68,7 +68,7 @@ def _random_bits(ctx, keys, *, bit_width, shape):
   out = tg_dtype(ctx.out_aval.dtype)
   if bit_width == 64:
     return (bits1.cast(out) << 32) | bits2.cast(out)
-  return (bits1 ^ bits2).cast(out)  # NB: 8 and 16 bits keep the low bits (C casts of unsigned values wrap)
+  return (bits1 ^ bits2).cast(out)  # 8 and 16 bits: the low bits, as JAX's wrapping convert_element_type
 
 
 @register("random_split", keys=True)
