@@ -38,14 +38,13 @@ _device_stack: contextvars.ContextVar[tuple[tuple[str | None, str], ...]] = cont
 
 
 def get(name: str) -> str:
-  """The value in effect: `update` first, then the environment variable, then the default."""
+  """The value in effect: `default_device` (device, backend), then `update`, then the environment, then the default."""
   setting = SETTINGS[name]
-  if name in ("backend", "device") and (stack := _device_stack.get()):
-    backend, device = stack[-1]
-    if name == "device":
-      return device
-    if backend is not None:
-      return backend
+  stack = _device_stack.get()
+  if name == "device" and stack:
+    return stack[-1][1]
+  if name == "backend" and (backends := [b for b, _ in stack if b is not None]):
+    return backends[-1]
   if name in _overrides:
     return _overrides[name]
   return os.environ.get(setting.env, setting.default)

@@ -289,6 +289,8 @@ def test_reduce_window_variadic():
 
 
 # --- flax layers through tinyjax
+# flax given tinyjax Arrays converts them with __jax_array__ and runs on XLA; `check_traced` traces the flax call
+# instead (tinyjax's mirror wrapper), so its jaxpr runs on tinygrad.
 
 POOLS = {
   "avg_pool": functools.partial(nn.avg_pool, window_shape=(2, 2), strides=(2, 2)),

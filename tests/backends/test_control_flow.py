@@ -47,6 +47,13 @@ def test_unselected_branch_cannot_crash(divisor):
   check_traced(fn, I, np.int32(divisor), np.int32(7))
 
 
+@pytest.mark.parametrize("n", [-3, 4])
+def test_cond_with_a_loop_runs_only_the_selected_branch(n):
+  # the loop of the branch not taken would never end
+  countdown = lambda n: lax.while_loop(lambda c: c[0] != 0, lambda c: (c[0] - 1, c[1] * 2), (n, jnp.int32(1)))[1]
+  check_traced(lambda n: lax.cond(n >= 0, countdown, lambda n: n, n), np.int32(n))
+
+
 def test_cond_constant_index():
   # a literal predicate runs only its branch
   check_traced(lambda x: lax.cond(True, jnp.sin, jnp.cos, x) + lax.switch(1, [jnp.sin, jnp.cos, jnp.exp], x), X)

@@ -76,17 +76,19 @@ def test_reduce(prim, dtype):
 
 @pytest.mark.parametrize("prim", list(REDUCE_DTYPES))
 def test_reduce_shapes(prim):
-  """0-d, all axes, no axes, size-1 axes (XLA passes a single element through: -0.0 stays)."""
+  """0-d, all axes, no axes, size-1 axes (XLA passes a single element through: -0.0 stays), empty axes."""
   dtype = REDUCE_DTYPES[prim][0]
-  check_traced(lambda scalar, x: [reduce(prim, scalar, ()), reduce(prim, x, ()), reduce(prim, x, (1,)),
-                                  reduce(prim, x, (0, 2)), reduce(prim, x, (0, 1, 2))],
-               sample((), dtype), sample((2, 1, 3), dtype, seed=1))
+  check_traced(lambda scalar, x, empty: [reduce(prim, scalar, ()), reduce(prim, x, ()), reduce(prim, x, (1,)),
+                                         reduce(prim, x, (0, 2)), reduce(prim, x, (0, 1, 2)),
+                                         reduce(prim, empty, (0, 1)), reduce(prim, empty, (0,))],
+               sample((), dtype), sample((2, 1, 3), dtype, seed=1), sample((2, 0), dtype))
 
 
-@pytest.mark.parametrize("prim, dtype", params(REDUCE_DTYPES))
-def test_reduce_empty_axes_give_the_identity(prim, dtype):
-  check_traced(lambda x: [reduce(prim, x, (1,)), reduce(prim, x, (0, 1)), reduce(prim, x, (0,))],
-               sample((2, 0), dtype))
+@pytest.mark.parametrize("prim", list(REDUCE_DTYPES))
+def test_reduce_empty_axes_give_the_identity(prim):
+  """-inf or the integer minimum for max, all ones for and, ... in each dtype."""
+  dtypes = REDUCE_DTYPES[prim]
+  check_traced(lambda *xs: [reduce(prim, x, (1,)) for x in xs], *[sample((2, 0), dtype) for dtype in dtypes])
 
 
 def test_reduce_public_functions():

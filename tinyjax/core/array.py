@@ -159,7 +159,7 @@ class Array:
     if self.ndim == 0:
       raise TypeError("iteration over a 0-d array")
     # NB: the rows come from the host value: on tinygrad, n lazy slices would compile n kernels (one per offset)
-    host, aval = np.asarray(self), self.aval.update(shape=self.shape[1:])
+    host, aval = self._value.to_host(), self.aval.update(shape=self.shape[1:])
     return (Array(_host_value(aval, np.asarray(row))) for row in host)
 
   def __contains__(self, other):

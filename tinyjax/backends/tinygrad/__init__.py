@@ -12,8 +12,8 @@ from tinyjax.backends import mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting)
-from tinyjax.backends.tinygrad.table import HOST_SYNC, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype
-from jax.extend.core import ClosedJaxpr, jaxprs_in_params
+from tinyjax.backends.tinygrad.table import KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype, uses_host_sync
+from jax.extend.core import ClosedJaxpr
 
 from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
@@ -142,7 +142,7 @@ class TinygradBackend(Backend):
         steps.append(self._fallback_step(segment, [avals[s] for s in segment.inputs], program.n_slots))
     counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
     return Plan(steps, counts, ["tinygrad" if s.native else "xla" for s in segments], crossed,
-                len(segments) == 1 and segments[0].native and not _uses_host_sync(program.eqns))
+                len(segments) == 1 and segments[0].native and not uses_host_sync(program.eqns))
 
   # --- compiling a flushed program
   def compile(self, program) -> Compiled:
@@ -194,13 +194,6 @@ def _closed_jaxprs_in(params) -> list:
   """The ClosedJaxprs among an equation's params (cond branches, loop bodies, ...)."""
   return [v for value in params.values() for v in (value if isinstance(value, tuple) else (value,))
           if isinstance(v, ClosedJaxpr)]
-
-
-def _uses_host_sync(eqns) -> bool:
-  """Whether any equation, or any equation of a jaxpr in its params, reads values on the host (or replays a TinyJit
-  of its own): such a program cannot be captured by TinyJit."""
-  return any(HOST_SYNC.get(eqn.primitive.name, lambda **_: False)(**eqn.params)
-             or any(_uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params)) for eqn in eqns)
 
 
 class _Replayed:

@@ -20,7 +20,7 @@ def _accumulator(out_dtype):
     # (which also avoids C's promotion of small unsigned products to int) and cast down: the same bits mod 2**n
     return dtypes.uint64 if out_dtype.itemsize == 8 else dtypes.uint32
   if out_dtype.itemsize < 4:
-    return dtypes.float32  # NB: float16/bfloat16 sums accumulate in float32 and round once, as XLA does on CPU
+    return dtypes.float32  # float16/bfloat16 dots and convs accumulate in float32 and round once, as XLA does on CPU
   return tg_dtype(out_dtype)
 
 
@@ -144,6 +144,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   dtype = np.dtype(ctx.out_avals[0].dtype)
   axes = tuple(range(x.ndim, 2 * x.ndim))
   if monoid == "add":
+    # NB: XLA sums float16 windows in float16, in an order of its own; a float32 sum differs from it by rounding
     acc = _accumulator(dtype)
     result = _windows(x.cast(acc), 0, window).sum(axes, dtype=acc)
     return _to_output(ctx, _from_plus_zero(result, int(np.prod(window["window_dimensions"]))))

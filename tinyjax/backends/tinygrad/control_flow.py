@@ -9,16 +9,18 @@ Sub-jaxprs (branches, bodies) run through `ctx.backend.run_jaxpr`, with the same
 control-flow primitive here only when its sub-jaxprs are wholly native (else XLA runs all of it). Typed PRNG keys
 pass through as their raw data (tinyjax.core.keys), so every rule here takes them.
 
-Loops cost what tinygrad's scheduler costs per realize (milliseconds), unless a TinyJit replays them: long scans
-and while loops replay a TinyJit of their body (a chunk of steps per replay), with the step number a bound
-Variable, so one capture serves every step. Such a rule makes its program uncapturable (host_sync): TinyJits
-cannot nest.
+cond evaluates every branch and selects the results, so that its program stays capturable by TinyJit (unless a
+branch holds a data-dependent loop). while reads its predicate on the host each iteration. Loop steps cost what
+tinygrad's scheduler costs per realize (milliseconds) unless a TinyJit replays them: while loops and scans longer
+than SCAN_UNROLLED replay a TinyJit of their body (scans: SCAN_CHUNK steps per replay, the step number a bound
+Variable, so that one capture serves every step). TinyJits cannot nest, so these rules are host_sync: their
+program is not captured whole.
 """
 import functools
 
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
-from tinyjax.backends.tinygrad.table import register, tg_dtype
+from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 from tinyjax.core import keys
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
@@ -71,7 +73,12 @@ def _at(x: Tensor, i) -> Tensor:
 def _cond(ctx, index, *operands, branches, branches_platforms=None):
   # the index is clamped into range, as XLA does; a boolean predicate (2 branches) counts as 0 or 1. (With
   # branches_platforms, the index is platform_index's constant.)
-  if (known := _constant(index)) is not None:
+  known = _constant(index)
+  if known is None and any(uses_host_sync(branch.jaxpr.eqns) for branch in branches):
+    # a branch with a data-dependent loop must not run unselected (its loop may never end): the index is read on
+    # the host, which the loop does anyway (the program is not captured by TinyJit)
+    known = index.item()
+  if known is not None:
     return ctx.backend.run_jaxpr(branches[min(max(int(known), 0), len(branches) - 1)], *operands)
   # NB: every branch is evaluated and the results selected, so that no value is read on the host (the program
   # stays capturable by TinyJit); our rules never fault, so an unselected branch cannot crash

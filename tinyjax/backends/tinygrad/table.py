@@ -42,6 +42,14 @@ def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: b
   return decorate
 
 
+def uses_host_sync(eqns) -> bool:
+  """Whether any equation, or any equation of a jaxpr in its params, reads values on the host (or replays a TinyJit
+  of its own): such a program cannot be captured by TinyJit."""
+  from jax.extend.core import jaxprs_in_params
+  return any(HOST_SYNC.get(eqn.primitive.name, lambda **_: False)(**eqn.params)
+             or any(uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params)) for eqn in eqns)
+
+
 def key_layout(name: str):
   """Decorator: the layout primitive `name` (slice, reshape, ...) runs on typed keys through its own rule, applied
   to the keys' raw data (trailing key dimension) with the params that `adjust(out_avals, **params)` returns."""

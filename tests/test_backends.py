@@ -1,0 +1,337 @@
+"""Backends and settings: choosing the backend and device (environment, config.update, default_device), reading
+the settings at first use, device_put / device_get, the errors for bad settings and unknown devices, results that
+agree across backends, and the mixed fallback (segments, the TINYJAX_FALLBACK policy, explain and report).
+
+The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (fft on complex numbers, eigh),
+which tinygrad will not run natively for a long time.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tinyjax
+import tinyjax.numpy as tnp
+from oracle import assert_like_jax
+from tinyjax.backends import base
+from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
+
+_FILE = os.path.abspath(__file__)
+_SETTINGS = ["TINYJAX_BACKEND", "TINYJAX_DEVICE", "TINYJAX_FALLBACK"]
+
+
+@pytest.fixture(autouse=True)
+def default_settings(monkeypatch):
+  """Each test starts from the defaults (no environment variable, no config.update) and an empty buffer."""
+  tinyjax.flush()
+  for env in _SETTINGS:
+    monkeypatch.delenv(env, raising=False)
+  for name in ("backend", "device", "fallback"):
+    monkeypatch.delitem(tinyjax.config._overrides, name, raising=False)
+  yield
+  tinyjax.flush()
+
+
+def program(m, x, w):
+  """A little of everything: elementwise, promotion with weak scalars, matmul, reductions, indexing, where."""
+  h = m.tanh(x @ w + 0.5)
+  return {"h": h, "sum": h.sum(axis=0), "max": m.max(h, axis=1, keepdims=True), "rows": h[::2, 1:],
+          "where": m.where(h > 0, h, -1.0), "ints": (m.arange(6).reshape(2, 3) * 3) % 4}
+
+
+_X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+_W = np.linspace(-2, 2, 6, dtype=np.float32).reshape(3, 2)
+
+
+def _platform(array):
+  return array.device.platform
+
+
+# --- choosing the backend
+
+@pytest.mark.parametrize("backend", ["tinygrad", "xla"])
+def test_backends_agree_with_jax(monkeypatch, backend):
+  monkeypatch.setenv("TINYJAX_BACKEND", backend)
+  actual = program(tnp, _X, _W)
+  tinyjax.flush()
+  assert {_platform(a) for a in actual.values()} == {backend}
+  assert_like_jax(actual, program(jnp, _X, _W), rtol=1e-5)
+
+
+def test_config_update_selects_the_backend(monkeypatch):
+  monkeypatch.setenv("TINYJAX_BACKEND", "tinygrad")
+  tinyjax.config.update("backend", "xla")  # update wins over the environment
+  x = tnp.arange(4.0) * 2
+  assert _platform(x.block_until_ready()) == "xla"
+  tinyjax.config.update("backend", "tinygrad")
+  y = x + 1  # x is on XLA: it moves to tinygrad for this flush
+  assert _platform(y.block_until_ready()) == "tinygrad"
+  assert_like_jax([x, y], [jnp.arange(4.0) * 2, jnp.arange(4.0) * 2 + 1])
+
+
+def test_setting_applies_at_the_flush(monkeypatch):
+  """The backend is the one in effect when the value is computed, not when the call was made."""
+  x = tnp.arange(3) * 5
+  monkeypatch.setenv("TINYJAX_BACKEND", "xla")
+  assert _platform(x.block_until_ready()) == "xla"
+
+
+@pytest.mark.parametrize("device", ["CPU", "cpu", "CLANG", "clang"])
+def test_device_setting(monkeypatch, device):
+  monkeypatch.setenv("TINYJAX_DEVICE", device)
+  x = (tnp.arange(4) + 1).block_until_ready()
+  assert x.device == tinyjax.Device("tinygrad", "CPU") and str(x.device) == "CPU"
+  assert_like_jax(x, jnp.arange(4) + 1)
+  tinyjax.config.update("device", device.lower())
+  assert str((tnp.arange(4) + 2).block_until_ready().device) == "CPU"
+
+
+def test_devices():
+  devices = tinyjax.devices()
+  assert devices and all(isinstance(d, tinyjax.Device) and d.platform == "tinygrad" for d in devices)
+  assert "CPU" in {d.name for d in devices}
+  assert repr(tinyjax.Device("tinygrad", "CPU")) == "TinygradDevice(CPU)"
+  xla_devices = tinyjax.devices("xla")
+  assert [d.name for d in xla_devices] == [f"{d.platform}:{d.id}" for d in jax.devices()]
+  tinyjax.config.update("backend", "xla")
+  assert tinyjax.devices() == xla_devices
+
+
+def test_default_device():
+  cpu = next(d for d in tinyjax.devices() if d.name == "CPU")
+  with tinyjax.default_device(cpu):
+    a = (tnp.arange(3) + 1).block_until_ready()
+  assert a.device == cpu
+  xla = tinyjax.devices("xla")[0]
+  with tinyjax.default_device(xla):  # a device of another backend selects that backend
+    b = (tnp.arange(3) + 2).block_until_ready()
+    with tinyjax.default_device("cpu"):  # a device string keeps the backend in effect
+      c = (tnp.arange(3) + 3).block_until_ready()
+    with tinyjax.default_device("CLANG"):  # not an XLA device
+      with pytest.raises(tinyjax.DeviceNotFoundError):
+        (tnp.arange(3) + 4).block_until_ready()
+  with tinyjax.default_device("clang"):
+    d = (tnp.arange(3) + 5).block_until_ready()
+  e = (tnp.arange(3) + 6).block_until_ready()  # back to the defaults
+  assert [x.device for x in (b, c)] == [xla, xla] and str(d.device) == "CPU" and _platform(e) == "tinygrad"
+  assert_like_jax([a, b, c, d, e], [jnp.arange(3) + k for k in (1, 2, 3, 5, 6)])
+
+
+# --- device_put / device_get
+
+@pytest.mark.parametrize("value", [np.arange(6, dtype=np.int16).reshape(2, 3), np.float32(2.5), 2.0, 3, True,
+                                   [1, 2.0], {"a": np.ones(2), "b": (np.zeros(3, np.uint8),)}],
+                         ids=["ndarray", "np_scalar", "float", "int", "bool", "list", "tree"])
+def test_device_put_like_jax(value):
+  placed = tinyjax.device_put(value)
+  leaves = jax.tree_util.tree_leaves(placed, is_leaf=lambda x: isinstance(x, tinyjax.Array))
+  assert all(isinstance(x, tinyjax.Array) and not x._value.pending for x in leaves)
+  assert_like_jax(placed, jax.device_put(value))
+  back = tinyjax.device_get(placed)
+  assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(jax.device_get(jax.device_put(value)))
+  for got, want in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(jax.device_get(jax.device_put(value)))):
+    assert isinstance(got, np.ndarray) and got.dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_device_put_to_a_device():
+  xla = tinyjax.devices("xla")[0]
+  on_xla = tinyjax.device_put(np.arange(3.0, dtype=np.float32), xla)
+  assert on_xla.device == xla
+  on_cpu = tinyjax.device_put(on_xla * 2, "CPU")  # a pending Array: computed, then moved
+  assert on_cpu.device == tinyjax.Device("tinygrad", "CPU")
+  again = tinyjax.device_put(on_cpu, tinyjax.devices()[0])
+  assert_like_jax([on_xla, on_cpu, again, on_cpu + on_xla], [jnp.arange(3.0), jnp.arange(3.0) * 2,
+                                                              jnp.arange(3.0) * 2, jnp.arange(3.0) * 3])
+  assert tinyjax.device_get(3) == 3  # non-arrays pass through
+
+
+# --- bad settings and unknown devices
+
+@pytest.mark.parametrize("env,value", [("TINYJAX_BACKEND", "torch"), ("TINYJAX_FALLBACK", "ignore"),
+                                       ("TINYJAX_BACKEND", "")])
+def test_bad_setting_values_name_the_variable(monkeypatch, env, value):
+  monkeypatch.setenv(env, value)
+  with pytest.raises(ValueError, match=env):
+    np.asarray(tnp.arange(3) + 1)
+  name = env.removeprefix("TINYJAX_").lower()
+  with pytest.raises(ValueError, match=env):
+    tinyjax.config.update(name, value)
+
+
+def test_unknown_setting_name():
+  with pytest.raises(ValueError, match="unknown tinyjax setting"):
+    tinyjax.config.update("bakend", "xla")
+
+
+@pytest.mark.parametrize("backend,device", [("tinygrad", "NOPE"), ("tinygrad", "CUDA"), ("tinygrad", "METAL"),
+                                            ("xla", "tpu")])
+def test_unknown_or_unavailable_device(monkeypatch, backend, device):
+  monkeypatch.setenv("TINYJAX_BACKEND", backend)
+  monkeypatch.setenv("TINYJAX_DEVICE", device)
+  x = tnp.arange(3) + 1
+  with pytest.raises(tinyjax.DeviceNotFoundError) as info:
+    np.asarray(x)
+  assert isinstance(info.value, RuntimeError)
+  message = str(info.value)
+  assert repr(device) in message and "available" in message
+  assert all(d.name in message for d in tinyjax.devices(backend))
+  monkeypatch.delenv("TINYJAX_DEVICE")
+  assert_like_jax(x, jnp.arange(3) + 1)  # the value survived the failed flush
+  with pytest.raises(tinyjax.DeviceNotFoundError, match=repr(device)):
+    tinyjax.device_put(np.ones(2), device)
+
+
+def _run_script(code: str, env: dict) -> str:
+  env = {**{k: v for k, v in os.environ.items() if k not in _SETTINGS}, **env}
+  result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr
+  return result.stdout
+
+
+def test_settings_are_read_at_first_use_not_at_import():
+  out = _run_script("""
+    import os
+    import tinyjax, tinyjax.numpy as jnp
+    os.environ["TINYJAX_BACKEND"] = "xla"  # after the import
+    x = jnp.arange(3) + 1
+    print(x.block_until_ready().device.platform)
+    os.environ["TINYJAX_BACKEND"] = "tinygrad"
+    os.environ["TINYJAX_DEVICE"] = "CLANG"
+    print(str((x * 2).block_until_ready().device))
+    os.environ["TINYJAX_FALLBACK"] = "error"
+    try:
+      jnp.linalg.eigh(jnp.eye(2))
+    except tinyjax.FallbackError as error:
+      print("FallbackError", "eigh" in str(error))
+  """, {"TINYJAX_BACKEND": "tinygrad"})
+  assert out.split() == ["xla", "CPU", "FallbackError", "True"]
+
+
+def test_environment_before_start():
+  out = _run_script("""
+    import tinyjax.numpy as jnp
+    print((jnp.arange(3) + 1).block_until_ready().device.platform)
+  """, {"TINYJAX_BACKEND": "xla"})
+  assert out.split() == ["xla"]
+
+
+# --- the mixed fallback
+
+def test_forced_fallbacks_are_not_native():
+  """The primitives these tests use to force a fallback are in NOT_YET_NATIVE (and not in the rule table)."""
+  from tinyjax.backends.tinygrad.table import RULES
+  for name in ("fft", "eigh", "real"):
+    assert name in NOT_YET_NATIVE and name not in RULES
+
+
+def _spectrum(m, x):
+  return m.fft.fft(x).real * 2  # convert to complex, fft, real: one run of fallback equations
+
+
+def test_consecutive_fallback_equations_form_one_segment():
+  x = np.linspace(0, 1, 8, dtype=np.float32)
+  report = tinyjax.explain(lambda: _spectrum(tnp, x))()
+  assert report.segments == {"xla": 1, "tinygrad": 1}
+  assert report.fallback_primitives == {"convert_element_type": 1, "fft": 1, "real": 1}
+  assert report.primitives[("tinygrad", "mul")] == 1
+  assert report.bytes_crossed == 8 * 4 * 2  # the float32 input in, the real part out
+  assert report.flushes == 1
+  assert_like_jax(_spectrum(tnp, x), _spectrum(jnp, x), rtol=1e-5, atol=1e-6)
+
+
+def test_segments_around_a_fallback():
+  a = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]], np.float32)
+
+  def fn(m):
+    w, v = m.linalg.eigh(m.asarray(a) * 2)
+    return w + 1, m.abs(v)
+  report = tinyjax.explain(lambda: fn(tnp))()
+  # mul, then symmetrisation (transpose, add, div) natively; eigh on XLA; add and abs natively
+  assert report.segments == {"tinygrad": 2, "xla": 1}
+  assert report.fallback_primitives == {"eigh": 1}
+  assert report.bytes_crossed == 9 * 4 + (3 + 9) * 4
+  assert "eigh" in str(report) and "segments" in str(report)
+  assert_like_jax(fn(tnp), fn(jnp), rtol=1e-5, atol=1e-5)
+
+
+def test_report_accumulates_over_the_process():
+  before = tinyjax.report().primitives[("xla", "fft")]
+  for _ in range(2):
+    np.asarray(_spectrum(tnp, np.ones(8, np.float32)))
+  assert tinyjax.report().primitives[("xla", "fft")] == before + 2
+
+
+def test_fallback_policy_xla_runs_silently(monkeypatch):
+  monkeypatch.setattr(base, "_warned", set())
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    result = _spectrum(tnp, np.ones(8, np.float32))
+    np.asarray(result)
+
+
+def test_fallback_policy_warn(monkeypatch):
+  monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
+  monkeypatch.setattr(base, "_warned", set())
+  x = np.ones(8, np.float32)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = _spectrum(tnp, x)
+    again = _spectrum(tnp, x)  # once per primitive: no new warnings
+  fft = [w for w in caught if "fft" in str(w.message) and issubclass(w.category, RuntimeWarning)]
+  assert len(fft) == 1
+  assert fft[0].filename == _FILE and fft[0].lineno == _spectrum_line()  # the user's line, not tinyjax's
+  assert "complex64" in str(fft[0].message) and "CPU" in str(fft[0].message)
+  assert len(caught) == len({str(w.message).split(" ")[0] for w in caught})  # one warning per primitive
+  assert_like_jax([result, again], [_spectrum(jnp, x)] * 2, rtol=1e-5, atol=1e-6)
+
+
+def _spectrum_line():
+  return _spectrum.__code__.co_firstlineno + 1
+
+
+def test_fallback_policy_warn_points_at_the_callers_line(monkeypatch):
+  monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
+  monkeypatch.setattr(base, "_warned", set())
+  a = tnp.eye(3)
+  with pytest.warns(RuntimeWarning, match="eigh") as caught:
+    line = sys._getframe().f_lineno + 1
+    w, _ = tnp.linalg.eigh(a)
+  eigh = [w for w in caught if str(w.message).startswith("eigh")]
+  assert len(eigh) == 1 and eigh[0].filename == _FILE and eigh[0].lineno == line
+  assert f"{_FILE}:{line}" in str(eigh[0].message)
+  assert_like_jax(w, jnp.linalg.eigh(jnp.eye(3))[0])
+
+
+@pytest.mark.parametrize("how", ["env", "config"])
+def test_fallback_policy_error(monkeypatch, how):
+  if how == "env":
+    monkeypatch.setenv("TINYJAX_FALLBACK", "error")
+  else:
+    tinyjax.config.update("fallback", "error")
+  a = tnp.eye(3)
+  flushes = tinyjax.report().flushes
+  line = sys._getframe().f_lineno + 2
+  with pytest.raises(tinyjax.FallbackError) as info:
+    tnp.linalg.eigh(a)
+  message = str(info.value)
+  assert isinstance(info.value, NotImplementedError)
+  assert "eigh" in message and "float32" in message and "CPU" in message and f"{_FILE}:{line}" in message
+  assert tinyjax.report().flushes == flushes  # raised at the call, before anything ran
+  assert_like_jax(tnp.sin(a), jnp.sin(jnp.eye(3)))  # native calls still work
+
+
+def test_fallback_policy_does_not_apply_on_xla(monkeypatch):
+  monkeypatch.setenv("TINYJAX_FALLBACK", "error")
+  monkeypatch.setenv("TINYJAX_BACKEND", "xla")
+  w, _ = tnp.linalg.eigh(tnp.eye(2) * 3)
+  report = tinyjax.explain(lambda: _spectrum(tnp, np.ones(8, np.float32)))()
+  assert set(report.segments) == {"xla"} and report.bytes_crossed == 0
+  assert_like_jax(w, jnp.linalg.eigh(jnp.eye(2) * 3)[0])
