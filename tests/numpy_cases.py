@@ -23,24 +23,27 @@ def _f32(*rows):
 
 @dataclasses.dataclass(frozen=True)
 class In:
-  """A named input: an array the function receives as a traced argument, built fresh for each test."""
+  """A named input, built fresh for each test: the function receives it as an array of the namespace under test
+  (jax.Array or tinyjax.Array), or with `host` as the NumPy array itself."""
   name: str
   make: Callable[[], Any] = dataclasses.field(compare=False, repr=False)
+  host: bool = False
 
 
 # Small shapes (each distinct call compiles a kernel), edge values wherever they make sense.
 F32 = In("f32", lambda: _f32([-2.5, -1.0, -0.0, 0.0], [0.25, 0.5, 1.0, 1.5], [2.0, 3.5, -0.75, 7.0]))
-F32_EDGE = In("f32_edge", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.0, 2.5, 3e38], np.float32))
+# NB: no values whose results are denormal: XLA's CPU backend flushes those to zero, tinygrad does not (see xfail.py)
+F32_EDGE = In("f32_edge", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.0, 2.5, 1e30], np.float32))
 F32_EDGE_COL = In("f32_edge_col", lambda: F32_EDGE.make()[:, None])
 F32_NAN = In("f32_nan", lambda: _f32([1.0, NAN, -2.0, 0.5], [NAN, NAN, NAN, NAN], [INF, -0.0, 3.0, -INF]))
 F32_3D = In("f32_3d", lambda: np.arange(12, dtype=np.float32).reshape(2, 3, 2) - 5.5)
 F16 = In("f16", lambda: np.array([NAN, INF, -INF, -0.0, 0.0, 0.5, -1.5, 0.1, 65504], np.float16))
-F64 = In("f64", lambda: np.array([1e300, -1e-300, 0.1, 3.0]))  # NumPy float64: JAX canonicalizes it to float32
+F64 = In("f64", lambda: np.array([1e300, -1e-300, 0.1, 3.0]), host=True)  # JAX canonicalizes it to float32
 I32 = In("i32", lambda: np.array([[I32_MIN, -7, -1, 0], [1, 2, 7, I32_MAX], [3, -3, 100, -100]], np.int32))
 I32_EDGE = In("i32_edge", lambda: np.array([I32_MIN, -7, -1, 0, 1, I32_MAX], np.int32))
 I32_EDGE_COL = In("i32_edge_col", lambda: I32_EDGE.make()[:, None])
 I32_SMALL = In("i32_small", lambda: np.array([[-3, -2, -1, 0], [1, 2, 3, 4], [0, 5, -5, 2]], np.int32))
-I64 = In("i64", lambda: np.array([2 ** 40, -1, 5]))  # NumPy int64: JAX canonicalizes it to int32
+I64 = In("i64", lambda: np.array([2 ** 40, -1, 5]), host=True)  # JAX canonicalizes it to int32
 SHIFT = In("shift", lambda: np.array([-1, 0, 1, 7, 31, 32], np.int32))  # shift counts beyond the bit width
 U8 = In("u8", lambda: np.array([[0, 1, 2, 3], [127, 128, 254, 255], [7, 8, 9, 10]], np.uint8))
 BOOL = In("bool", lambda: np.array([[1, 0, 1, 1], [0, 0, 1, 0], [1, 1, 0, 0]], bool))
@@ -108,8 +111,13 @@ class Case:
 
   def run(self, namespace, *arrays):
     it = iter(arrays)
-    args, kwargs = jax.tree_util.tree_map(lambda x: next(it) if isinstance(x, In) else x, (self.args, self.kwargs),
-                                          is_leaf=lambda x: isinstance(x, In))
+
+    def fill(x):
+      if not isinstance(x, In):
+        return x
+      value = next(it)
+      return value if x.host else namespace.asarray(value)
+    args, kwargs = jax.tree_util.tree_map(fill, (self.args, self.kwargs), is_leaf=lambda x: isinstance(x, In))
     if self.call is not None:
       return self.call(namespace, *args, **kwargs)
     return functools.reduce(getattr, self.name.split("."), namespace)(*args, **kwargs)
@@ -196,7 +204,7 @@ SHIFTS = family("left_shift right_shift bitwise_left_shift bitwise_right_shift",
 ELEMENTWISE = [
   c("frexp", F32_EDGE), c("frexp", F16), c("modf", F32_EDGE), c("modf", F16),
   c("ldexp", F32_EDGE_COL, SHIFT), c("ldexp", F16, 3),
-  c("round", F32, 1), c("round", I32, -1), c("round", F32_EDGE, decimals=2), c("around", F16, 1),
+  c("round", F32, 1), raises(NotImplementedError, "round", I32, -1), c("round", F32_EDGE, decimals=2), c("around", F16, 1),
   c("nan_to_num", F32_EDGE), c("nan_to_num", F16), c("nan_to_num", F32_EDGE, nan=1.0, posinf=2.0, neginf=-2.0),
   c("nan_to_num", I32),
   c("clip", F32_EDGE, -1.0, 2.0), c("clip", I32, 0, 5), c("clip", F32_EDGE, min=1.0, max=-1.0),
@@ -247,18 +255,18 @@ UFUNC_METHODS = [
   c("subtract.reduce", VEC), c("add.accumulate", F32, axis=1), c("minimum.accumulate", F32_EDGE),
   c("multiply.accumulate", I32, axis=0), c("subtract.outer", VEC, VEC3), c("multiply.outer", I32_EDGE, I32_EDGE),
   c("add.at", VEC, IDX, 1.0, inplace=False), c("add.at", F32, (ROWS, COLS), VEC, inplace=False),
-  c("negative.at", VEC, IDX, inplace=False), c("add.reduceat", VEC, [0, 2]),
-  c("maximum.reduceat", F32, [0, 2, 1], axis=1),
+  c("negative.at", VEC, IDX, inplace=False), c("add.reduceat", VEC, np.array([0, 2])),
+  c("maximum.reduceat", F32, np.array([0, 2, 1]), axis=1),
 ]
 
 # --- statistics, histograms, polynomials, sets, searching
 
 STATISTICS = [
   c("corrcoef", F32), c("corrcoef", VEC, VEC), c("cov", F32), c("cov", F32, rowvar=False, ddof=0),
-  c("cov", VEC, aweights=VEC), c("percentile", F32, 50), c("percentile", F32, [25, 75], axis=1, method="nearest"),
+  c("cov", VEC, aweights=VEC), c("percentile", F32, 50), c("percentile", F32, np.array([25, 75]), axis=1, method="nearest"),
   c("percentile", F32_NAN, 10.0), c("nanpercentile", F32_NAN, 50, axis=0),
-  c("nanpercentile", F32_NAN, [0, 100], axis=1, keepdims=True), c("quantile", F32, 0.5),
-  c("quantile", F32, 0.25, method="lower"), c("quantile", I32_SMALL, [0.1, 0.9], axis=0, method="midpoint"),
+  c("nanpercentile", F32_NAN, np.array([0, 100]), axis=1, keepdims=True), c("quantile", F32, 0.5),
+  c("quantile", F32, 0.25, method="lower"), c("quantile", I32_SMALL, np.array([0.1, 0.9]), axis=0, method="midpoint"),
   c("nanquantile", F32_NAN, 0.25), c("nanquantile", F32_NAN, 0.75, axis=1, method="higher"),
   c("median", I32_SMALL), c("nanmedian", F32_NAN, axis=1),
   c("histogram", VEC, bins=3), c("histogram", F32, bins=4, range=(-1.0, 2.0)), c("histogram", F32, bins=SORTED),
@@ -270,7 +278,7 @@ STATISTICS = [
   c("bincount", IDX, length=6),
   c("gradient", VEC), c("gradient", F32), c("gradient", F32, 2.0, axis=1), c("gradient", VEC, VEC),
   c("diff", F32), c("diff", F32, n=2, axis=0), c("diff", VEC, prepend=0.0, append=VEC3), c("diff", BOOL),
-  c("diff", I32), c("ediff1d", VEC), c("ediff1d", F32, to_begin=-1.0, to_end=[1.0, 2.0]),
+  c("diff", I32), c("ediff1d", VEC), c("ediff1d", F32, to_begin=-1.0, to_end=np.array([1.0, 2.0])),
   c("trapezoid", VEC), c("trapezoid", F32, dx=0.5, axis=0), c("trapezoid", VEC, x=VEC),
   c("unwrap", PHASE), c("unwrap", PHASE, period=4.0), c("unwrap", PHASE, discont=1.0),
   c("interp", F32_EDGE, SORTED, FP), c("interp", VEC, SORTED, FP, left=-1.0, right=1.0),
@@ -288,7 +296,7 @@ STATISTICS = [
 POLYNOMIALS = [
   c("poly", VEC3), c("poly", SPD), c("polyadd", VEC, VEC3), c("polysub", VEC3, VEC), c("polymul", VEC, VEC3),
   c("polymul", I32_EDGE, COUNTS), c("polydiv", VEC, VEC3), c("polyder", VEC), c("polyder", VEC, m=2),
-  c("polyint", VEC), c("polyint", VEC, m=2, k=[1.0, 2.0]), c("polyval", VEC, F32), c("polyval", VEC, F32_EDGE),
+  c("polyint", VEC), c("polyint", VEC, m=2, k=np.array([1.0, 2.0])), c("polyval", VEC, F32), c("polyval", VEC, F32_EDGE),
   c("polyfit", VEC, VEC_Y, 2), c("polyfit", VEC, VEC_Y, 1, w=VEC_Y, full=True), c("roots", VEC),
   c("roots", VEC_ZEROS), c("roots", VEC_ZEROS, strip_zeros=False),
 ]
@@ -304,7 +312,7 @@ SETS_AND_SEARCHING = [
   c("nonzero", F32), c("nonzero", F32_EDGE), c("nonzero", BOOL, size=4, fill_value=-1), c("nonzero", EMPTY),
   c("argwhere", F32_EDGE), c("argwhere", BOOL, size=8), c("flatnonzero", I32), c("flatnonzero", VEC_ZEROS, size=3),
   c("extract", BOOL, F32), c("extract", BOOL, I32, size=8, fill_value=-9), c("compress", BOOL_ROW, F32, axis=0),
-  c("compress", [True, False, True, True], F32, axis=1), c("compress", BOOL_ROW, VEC),
+  c("compress", np.array([True, False, True, True]), F32, axis=1), c("compress", BOOL_ROW, VEC),
   c("trim_zeros", VEC_ZEROS), c("trim_zeros", VEC_ZEROS, trim="f"), c("trim_zeros", VEC_ZEROS, trim="b"),
   c("trim_zeros", EMPTY),
   c("sort", F32_EDGE), c("sort", F32, axis=0), c("sort", F32, axis=None), c("sort", F32_EDGE, descending=True),
@@ -316,12 +324,12 @@ SETS_AND_SEARCHING = [
   c("sort_complex", C64), c("sort_complex", VEC), c("sort_complex", I32_EDGE),
   c("searchsorted", SORTED, F32_EDGE), c("searchsorted", SORTED, VEC, side="right"),
   c("searchsorted", SORTED, F32_EDGE, method="compare_all"), c("searchsorted", SORTED, VEC, method="sort"),
-  c("searchsorted", I32_EDGE, I32), c("searchsorted", VEC, VEC3, sorter=[1, 2, 0, 3]),
+  c("searchsorted", I32_EDGE, I32), c("searchsorted", VEC, VEC3, sorter=np.array([1, 2, 0, 3])),
   c("digitize", F32_EDGE, SORTED), c("digitize", VEC, SORTED, right=True), c("digitize", I32_SMALL, COUNTS),
   c("where", BOOL, F32, I32), c("where", BOOL, F32, 0.0), c("where", BOOL, 1, 2), c("where", F32_EDGE),
   c("where", BOOL, size=3), c("select", [BOOL, BOOL2], [F32, I32]), c("select", [BOOL], [F32], default=-1.0),
   c("select", [BOOL, BOOL2], [1, 2], default=I32),
-  c("piecewise", F32, [BOOL, BOOL2], [1.0, jax.numpy.negative, 0.0]), c("piecewise", I32, BOOL, [jax.numpy.abs, 7]),
+  c("piecewise", F32, [BOOL, BOOL2], [1.0, jax.numpy.negative, 0.0]), c("piecewise", I32, [BOOL], [jax.numpy.abs, 7]),
 ]
 
 # --- shapes and layout
@@ -348,7 +356,7 @@ SHAPES = [
   c("split", F32, 2, axis=1), c("split", VEC, [1, 3]), c("array_split", F32, 3, axis=1), c("array_split", VEC, 3),
   c("hsplit", F32, 2), c("vsplit", F32, [1]), c("dsplit", F32_3D, 2), c("unstack", F32, axis=1), c("unstack", VEC),
   c("tile", F32, (2, 1)), c("tile", VEC, 2), c("tile", SCALAR, (2, 3)),
-  c("repeat", F32, 2, axis=0), c("repeat", VEC, [1, 0, 2, 1]), c("repeat", VEC, REPS),
+  c("repeat", F32, 2, axis=0), c("repeat", VEC, np.array([1, 0, 2, 1])), c("repeat", VEC, REPS),
   c("repeat", VEC, REPS, total_repeat_length=5), c("repeat", I32, 3), c("resize", F32, (5, 3)), c("resize", VEC, 6),
 ]
 
@@ -358,14 +366,14 @@ EDITING = [
   c("pad", F32, 1, mode="mean"), c("pad", I32, (1, 2), mode="minimum"), c("pad", F32, 2, mode="linear_ramp"),
   c("pad", U8, 1, constant_values=255), c("pad", F32, 1, mode="median"), c("pad", EMPTY, 2),
   c("append", F32, F32, axis=0), c("append", VEC, 1.0), c("insert", F32, 1, 9.0, axis=1), 
-  c("insert", VEC, [0, 2], 7.0), c("insert", F32, 2, VEC3, axis=1), c("insert", VEC, 4, VEC3),
-  c("delete", F32, 1, axis=1), c("delete", VEC, [0, 2]), c("delete", F32, slice(None, None, 2), axis=1),
+  c("insert", VEC, np.array([0, 2]), 7.0), c("insert", F32, 2, VEC3, axis=1), c("insert", VEC, 4, VEC3),
+  c("delete", F32, 1, axis=1), c("delete", VEC, np.array([0, 2])), c("delete", F32, slice(None, None, 2), axis=1),
   c("delete", VEC, REPS), c("delete", VEC, REPS, assume_unique_indices=True),
   c("diag", VEC), c("diag", F32), c("diag", F32, k=1), c("diagflat", VEC, k=-1), c("diagflat", SQ),
   c("diagonal", F32, offset=1), c("diagonal", F32_3D, axis1=0, axis2=2), c("trace", F32), c("trace", F32, offset=-1),
   c("trace", I32), c("tril", F32), c("tril", F32, k=-1), c("triu", F32, k=1), c("triu", F32_3D),
-  c("fill_diagonal", SQ, 5.0, inplace=False), c("fill_diagonal", F32, VEC3, wrap=True, inplace=False),
-  c("place", F32, BOOL, VEC, inplace=False), c("place", I32, BOOL2, [7], inplace=False),
+  c("fill_diagonal", SQ, 5.0, inplace=False), c("fill_diagonal", F32, VEC3, inplace=False),
+  c("place", F32, BOOL, VEC, inplace=False), c("place", I32, BOOL2, np.array([7, -7]), inplace=False),
   c("put", F32, IDX, VEC, mode="clip", inplace=False), c("put", F32, IDX, 9.0, mode="wrap", inplace=False),
   c("put", VEC, IDX, VEC_Y, inplace=False),
   c("put_along_axis", F32, IDX_2D, 9.0, axis=1, inplace=False),
@@ -429,12 +437,13 @@ PRODUCTS = [
   c("dot", I32_EDGE, COUNTS), c("dot", U8, VEC), c("vdot", VEC, VEC_Y), c("vdot", C64, C64), c("vdot", F32, F32),
   c("matmul", F32, VEC), c("matmul", SQ, SPD), c("matmul", VEC3, F32), c("matmul", I32_SMALL, REPS),
   c("matvec", F32, VEC), c("matvec", SQ, VEC3), c("vecmat", VEC3, F32), c("vecdot", F32, VEC),
-  c("vecdot", C64, C64), c("vecdot", F32_3D, VEC3, axis=1), c("inner", F32, F32), c("inner", VEC, VEC_Y),
+  c("vecdot", C64, C64), c("vecdot", F32_3D, F32_3D, axis=1), c("inner", F32, F32), c("inner", VEC, VEC_Y),
   c("outer", VEC, VEC3), c("outer", I32_EDGE, I32_EDGE), c("kron", SQ, SPD), c("kron", VEC, VEC3),
-  c("tensordot", F32, F32, axes=([1], [1])), c("tensordot", F32_3D, SQ, axes=1), c("tensordot", VEC, VEC_Y, axes=0),
+  c("tensordot", F32, F32, axes=([1], [1])), c("tensordot", F32_3D, F32, axes=([1], [0])), c("tensordot", VEC, VEC_Y, axes=0),
   c("einsum", "ij,j->i", F32, VEC), c("einsum", "ii", SQ), c("einsum", "ij->ji", F32),
-  c("einsum", "ij,kj->ik", F32, F32), c("einsum", "i,i", I32_EDGE, COUNTS), c("einsum", "bij,jk->bik", F32_3D, F32),
-  c("einsum_path", "ij,jk,kl->il", SQ, SPD, SQ),
+  c("einsum", "ij,kj->ik", F32, F32), c("einsum", "i,i", I32_EDGE, COUNTS), c("einsum", "bji,jk->bik", F32_3D, F32),
+  Case("einsum_path", (SQ, SPD, SQ), call=lambda np, *arrays: np.einsum_path("ij,jk,kl->il", *arrays)[0],
+       label="einsum_path('ij,jk,kl->il',sq,spd,sq)[0]"),
   c("cross", VEC3, VEC3), c("cross", SQ, VEC3), c("cross", SPD, SQ, axis=0),
 ]
 
@@ -515,7 +524,7 @@ OPERATORS = [
   Case("operator", (F16,), call=lambda np, x: np.multiply(2.5, x), label="multiply(2.5, f16)"),
   Case("operator", call=lambda np: np.add(1, 2.0), label="add(1, 2.0)"),
   Case("operator", call=lambda np: np.asarray(1) * 3, label="asarray(1) * 3"),
-  Case("operator", call=lambda np: np.float32(2) * np.asarray(2.0), label="float32(2) * asarray(2.0)"),
+  Case("operator", call=lambda np: np.asarray(np.float32(2)) * 2.0, label="asarray(float32(2)) * 2.0"),
   Case("operator", (F32,), call=lambda np, x: -np.asarray(x) < 1, label="-f32 < 1"),
   Case("operator", (I32,), call=lambda np, x: ~np.asarray(x) >> 3, label="~i32 >> 3"),
   Case("operator", (F32,), call=lambda np, x: np.asarray(x) @ np.ones(4), label="f32 @ ones(4)"),

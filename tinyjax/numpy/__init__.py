@@ -14,7 +14,7 @@ PASSTHROUGH = frozenset({
   "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "isdtype", "can_cast", "iscomplexobj",
   "isrealobj", "isscalar", "iterable", "load", "save", "savez", "get_printoptions", "printoptions",
   "set_printoptions", "array_repr", "array_str", "broadcast_shapes", "dtype", "finfo", "iinfo", "frompyfunc",
-  "vectorize", "s_", "index_exp", "ndarray",
+  "vectorize", "s_", "index_exp", "ndarray", "einsum_path",
 })
 
 __getattr__, __dir__ = _mirror(globals(), _jnp, PASSTHROUGH, overrides={"ndarray": _Array})
