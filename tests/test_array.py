@@ -110,11 +110,13 @@ def _each(ops, fn):
   return results, errors
 
 
-# Every operator with every dtype against another Array; the other operand kinds with the dtypes whose promotion
-# differs (weak Python scalars keep uint8 and turn ints into floats); each both ways round (reflected operators).
+# Every operator with every dtype against another Array and against a Python int; the other operand kinds with
+# the dtypes whose promotion differs (weak Python scalars keep uint8 and turn ints into floats) and a few operators
+# (the operators are made alike: what differs is the operand); each both ways round (reflected operators).
 OPERATOR_CASES = [(dtype, "array") for dtype in (np.float32, np.int32, np.uint8, np.bool_)] + [
   (dtype, other) for dtype in (np.float32, np.int32) for other in OTHERS if other != "array"] + [
   (np.uint8, "int"), (np.bool_, "bool")]
+SOME_OPERATORS = ["+", "-", "/", "//", "**", "&", "<<", "<", "==", "divmod"]
 
 
 @pytest.mark.parametrize("reflected", [False, True], ids=["x_op_y", "y_op_x"])
@@ -124,7 +126,8 @@ def test_binary_operators(xla, dtype, other, reflected):
 
   def run(m):
     a, b = m.asarray(x), OTHERS[other](m, y)
-    return _each(BINARY, lambda op: BINARY[op](b, a) if reflected else BINARY[op](a, b))
+    ops = BINARY if other in ("array", "int") else SOME_OPERATORS
+    return _each(ops, lambda op: BINARY[op](b, a) if reflected else BINARY[op](a, b))
   expected_errors = {}
 
   def expected_results():  # jitted: one XLA compile, not one per operator
