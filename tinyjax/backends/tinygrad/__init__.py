@@ -5,6 +5,8 @@ import collections
 import dataclasses
 import functools
 import os
+import subprocess
+import warnings
 
 import numpy as np
 
@@ -156,7 +158,31 @@ class TinygradBackend(Backend):
       return _realize(outs)
 
     runner = _Replayed(run, program, self.const) if plan.jittable else run
-    return Compiled(runner, plan.counts, plan.segments, plan.bytes_crossed)
+    compiled = Compiled(None, plan.counts, plan.segments, plan.bytes_crossed)
+    compiled.run = functools.partial(self._run_or_rescue, compiled, runner, program)
+    return compiled
+
+  def _run_or_rescue(self, compiled, runner, program, inputs):
+    """Run natively; if tinygrad fails to compile a kernel, run this program on XLA from then on (and say so).
+
+    NB: a safety net for tinygrad code-generation bugs (e.g. clang rejecting a generated kernel): the result is
+    still JAX's, and the report counts the program's equations as XLA's.
+    """
+    try:
+      return runner(inputs)
+    except _TINYGRAD_COMPILE_FAILURES as error:
+      fn = xla.compile_eqns(program.eqns, range(len(inputs)), program.in_avals, program.outputs, program.n_slots)
+      source = program.eqns[-1].source if program.eqns else "<unknown>"
+      filename, _, line = source.rpartition(":")
+      warnings.warn_explicit(f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
+                             f"({type(error).__name__}); XLA runs that program instead", RuntimeWarning,
+                             filename, int(line) if line.isdigit() else 0)
+      compiled.counts = collections.Counter(("xla", e.name) for e in program.eqns)
+      compiled.segments = ["xla"]
+      compiled.bytes_crossed = mixed.crossing_bytes(mixed.Segment(False, program.eqns, tuple(range(len(inputs))),
+                                                                  ()), dict(enumerate(program.in_avals)))
+      compiled.run = lambda inputs: [self.put(np.asarray(x)) for x in fn(*[self.get(t) for t in inputs])]
+      return compiled.run(inputs)
 
   def _fallback_step(self, segment, in_avals, n_slots):
     fn = xla.compile_eqns(segment.eqns, segment.inputs, in_avals, segment.outputs, n_slots)
@@ -167,6 +193,14 @@ class TinygradBackend(Backend):
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
+
+
+def _compile_failures() -> tuple:
+  from tinygrad.device import CompileError
+  return (CompileError, subprocess.CalledProcessError)
+
+
+_TINYGRAD_COMPILE_FAILURES = _compile_failures()
 
 
 def _realize(outs: list) -> list:

@@ -7,7 +7,8 @@ _COLLECTIVE = "a collective across devices: tinyjax runs programs on one device"
 _COMPLEX = "complex dtypes: tinygrad has none"
 _LAPACK = "a LAPACK-style decomposition with no tinygrad formulation yet"
 _EFFECT = "an effect or state primitive (tokens, refs): not an array computation"
-_ISSUE3 = "not native yet (indexing, sorting, control flow, random bits and linear algebra come next)"
+_SERIES = ("a special function evaluated by series or continued fractions with data-dependent convergence; "
+           "not native yet")
 
 NOT_YET_NATIVE: dict[str, str] = {
   # multi-device
@@ -31,4 +32,9 @@ NOT_YET_NATIVE: dict[str, str] = {
                         "select_and_scatter_add (which is native), never in a traced program",
   "approx_top_k": "XLA's CPU ApproxTopK sorts with a plain > (NaN unordered) and, without aggregate_to_topk, sizes "
                   "its output by XLA's own recall formula",
+  # special functions
+  "bessel_i0e": _SERIES, "bessel_i1e": _SERIES, "igamma": _SERIES, "igammac": _SERIES, "igamma_grad_a": _SERIES,
+  "polygamma": _SERIES, "zeta": _SERIES, "regularized_incomplete_beta": _SERIES,
+  # autodiff internals
+  "custom_lin": "an internal primitive of JAX's linearization; it never reaches a traced program",
 }
