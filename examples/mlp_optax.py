@@ -1,4 +1,7 @@
-"""An MLP trained on synthetic data with optax.adam, under tinyjax.jit. Run: `tinyjax run examples/mlp_optax.py`."""
+"""An MLP trained on synthetic data with optax.adam, under tinyjax.jit. Run: `tinyjax run examples/mlp_optax.py`
+(TINYJAX_EXAMPLE_STEPS sets the number of steps, 200 by default)."""
+import os
+
 import jax
 import numpy as np
 import optax
@@ -36,7 +39,8 @@ def train_step(params, opt_state, x, y):
 
 
 x, y = jnp.asarray(inputs), jnp.asarray(targets)
-for step in range(201):
+steps = int(os.environ.get("TINYJAX_EXAMPLE_STEPS", "200"))
+for step in range(steps + 1):
   params, opt_state, loss = train_step(params, opt_state, x, y)
-  if step % 50 == 0:
+  if step % 50 == 0 or step == steps:
     print(f"step {step:3d}  loss {float(loss):.4f}")

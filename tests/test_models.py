@@ -74,5 +74,6 @@ def test_model_apply_accepts_tinyjax_arrays_in_eager_mode():
 @pytest.mark.parametrize("script", ["quickstart.py", "seed_notebook.py", "mlp_optax.py", "transformer_block.py"])
 def test_example_runs(script, monkeypatch, capsys):
   monkeypatch.setenv("TINYJAX_SEED_BATCH", "16")
+  monkeypatch.setenv("TINYJAX_EXAMPLE_STEPS", "10")
   runpy.run_path(str(EXAMPLES / script), run_name="__main__")
   assert capsys.readouterr().out.strip()

@@ -1,0 +1,61 @@
+"""Real models run entirely on tinygrad (TINYJAX_FALLBACK=error) and match JAX: a CNN training step with max_pool
+and cross-entropy, a transformer block's gradient with causal attention, LayerNorm and gelu, optax adam."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen as nn
+
+import tinyjax
+import tinyjax.numpy as tnp
+from oracle import native
+
+
+class CNN(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    x = nn.max_pool(nn.relu(nn.Conv(8, (3, 3))(x)), (2, 2), strides=(2, 2))
+    return nn.Dense(10)(x.reshape((x.shape[0], -1)))
+
+
+class Block(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+    x = x + nn.MultiHeadDotProductAttention(num_heads=2)(nn.LayerNorm()(x), mask=mask)
+    return x + nn.Dense(x.shape[-1])(nn.gelu(nn.Dense(2 * x.shape[-1])(nn.LayerNorm()(x))))
+
+
+def _compare(actual, expected, rtol, atol):
+  for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected), strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol)
+
+
+def test_cnn_training_step_with_adam_runs_natively():
+  cnn, optimizer = CNN(), optax.adam(1e-2)
+  images = np.asarray(jax.random.uniform(jax.random.key(1), (4, 8, 8, 1)))
+  labels = np.array([0, 3, 9, 3])
+  params = cnn.init(jax.random.key(0), images[:1])
+
+  def train_step(params, opt_state, x, y):
+    def loss(p):
+      return optax.softmax_cross_entropy_with_integer_labels(cnn.apply(p, x), y).mean()
+    value, grads = jax.value_and_grad(loss)(params)
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state, value
+
+  expected = jax.jit(train_step)(params, optimizer.init(params), images, labels)
+  with native():
+    actual = tinyjax.jit(train_step)(params, optimizer.init(params), tnp.asarray(images), tnp.asarray(labels))
+  _compare(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_transformer_block_gradient_runs_natively():
+  block = Block()
+  x = np.asarray(jax.random.normal(jax.random.key(0), (2, 4, 8)))
+  params = block.init(jax.random.key(1), x)
+  grad = jax.grad(lambda p, x: jnp.mean(block.apply(p, x) ** 2))
+  expected = jax.jit(grad)(params, x)
+  with native():
+    actual = tinyjax.jit(grad)(params, tnp.asarray(x))
+  _compare(actual, expected, rtol=1e-3, atol=1e-5)
