@@ -84,6 +84,7 @@ class Case:
 
   `name` is a path under the numpy namespace ("sum", "linalg.inv", "add.reduce"); `In` leaves of args and
   kwargs are the traced inputs. With `raises`, both jax.numpy and tinyjax.numpy must raise that exception.
+  Expected failures are keyed ("jnp.<name>", dtype of the first input or None), or ("jnp.<id>", None) for one call.
   """
   name: str
   args: tuple = ()
@@ -110,12 +111,13 @@ class Case:
     return str(np.asarray(self.inputs[0].make()).dtype) if self.inputs else None
 
   def run(self, namespace, *arrays):
-    it = iter(arrays)
+    """The call on `namespace` (jax.numpy or tinyjax.numpy), with `arrays` made from `inputs`, in order."""
+    remaining = iter(arrays)
 
     def fill(x):
       if not isinstance(x, In):
         return x
-      value = next(it)
+      value = next(remaining)
       return value if x.host else namespace.asarray(value)
     args, kwargs = jax.tree_util.tree_map(fill, (self.args, self.kwargs), is_leaf=lambda x: isinstance(x, In))
     if self.call is not None:
@@ -136,6 +138,8 @@ def _show(x) -> str:
   if isinstance(x, (list, tuple)):
     inner = ",".join(map(_show, x))
     return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+  if isinstance(x, np.ndarray):
+    return "array" + _show(x.tolist())
   if isinstance(x, type):
     return x.__name__
   if callable(x):
@@ -153,7 +157,8 @@ def raises(error, name, *args, **kwargs) -> Case:
 
 
 def family(names: str, *calls) -> list[Case]:
-  """Each of `names` (space-separated) called with each of `calls` (a tuple of args, or (args, kwargs))."""
+  """Each of `names` (space-separated) called with each of `calls`: one input, a tuple of arguments, or a pair
+  (arguments, keyword arguments)."""
   cases = []
   for name in names.split():
     for call in calls:
@@ -187,8 +192,9 @@ BITWISE_UNARY = family("invert bitwise_not bitwise_invert bitwise_count", I32, U
 # Binary families take an (n, 1) column and an (n,) row: every pair of edge values, and broadcasting.
 ARITHMETIC = [
   *family("add subtract multiply divide true_divide floor_divide remainder mod fmod power pow float_power maximum "
-          "minimum fmax fmin divmod", (F32_EDGE_COL, F32_EDGE), (I32_EDGE_COL, I32_EDGE), (2.5, I32_SMALL)),
-  *family("add subtract multiply divide floor_divide remainder power maximum", (U8, 3), (F16, F32_EDGE)),
+          "minimum fmax fmin divmod", (F32_EDGE_COL, F32_EDGE), (I32_EDGE_COL, I32_EDGE)),
+  *family("add subtract multiply divide floor_divide remainder power maximum", (U8, 3), (F16, F32_EDGE),
+          (2.5, I32_SMALL)),
 ]
 
 FLOAT_BINARY = [
@@ -516,6 +522,7 @@ OPERATORS = [
   Case("operator", (I32,), call=lambda np, x: np.asarray(x) * 2, label="i32 * 2"),
   Case("operator", (I32,), call=lambda np, x: np.asarray(x) + 1.5, label="i32 + 1.5"),
   Case("operator", (U8,), call=lambda np, x: np.asarray(x) + 300, label="u8 + 300", raises=OverflowError),
+  Case("operator", (I32,), call=lambda np, x: np.asarray(x) + 2 ** 40, label="i32 + 2**40", raises=OverflowError),
   Case("operator", (U8,), call=lambda np, x: np.asarray(x) - 1, label="u8 - 1"),
   Case("operator", (F16,), call=lambda np, x: np.asarray(x) / 3, label="f16 / 3"),
   Case("operator", (BOOL,), call=lambda np, x: np.asarray(x) + 1, label="bool + 1"),
