@@ -7,8 +7,6 @@ import pytest
 
 XFAIL: dict[tuple[str, str | None], str] = {
   # jax.numpy functions (tests/test_numpy_api.py): "jnp.<function>" or "jnp.<case id>" for one call
-  ("jnp.polyval(vec,f32_edge)", None): "tinygrad rule mul differs: tinygrad's symbolic simplifier folds "
-    "x * 0.0 to 0 when the zero is a constant (Horner's first step, 0 * inf, must be NaN)",
   ("jnp.geomspace(vec_y,8.0,3)", None): "tinygrad rule mul differs: tinygrad folds x * 0.0 to 0 when the zero is a "
     "constant, so log(-1) * 0 at the first sample gives the start back instead of NaN",
   ("jnp.pad(f32,2,mode='linear_ramp')", None): "tinygrad rule add differs: tinygrad's symbolic simplifier folds "

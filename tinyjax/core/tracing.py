@@ -170,12 +170,22 @@ def _log_miss(fn, key, avals, statics):
         file=sys.stderr)
 
 
+def _fits(value: int, ranges) -> bool:
+  """Whether a Python int can be a traced weak-typed input: it fits int32 and every integer array argument's dtype.
+
+  NB: otherwise it stays static, so that JAX sees its value and raises OverflowError as it does (uint8 + 300)."""
+  return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
+
+
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   from tinyjax.core.array import Array
   kwargs = kwargs or {}
   if not static_scalars:
-    args = tuple(Scalar(a) if type(a) in (int, float, complex) else a for a in args)
+    int_ranges = [jax.numpy.iinfo(a.dtype) for a in args
+                  if isinstance(a, (Array, np.ndarray, np.generic, jax.Array)) and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)]
+    args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
+                 for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
   if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
     return _defer(fn, treedef, leaves)

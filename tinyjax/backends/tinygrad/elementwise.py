@@ -9,6 +9,7 @@ import math
 import operator
 
 from tinygrad import dtypes
+from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
@@ -32,13 +33,45 @@ def _wrapping(op):
   def apply(*xs):
     dtype = xs[0].dtype
     if dtypes.is_float(dtype):
-      return rounded(*xs)
+      guarded = _constant_zero_operand(op, *xs)
+      return rounded(*xs) if guarded is None else guarded
     unsigned = UINT[dtype.itemsize]
     return op(*(x.bitcast(unsigned).cast(UINT[max(dtype.itemsize, 4)]) for x in xs)).cast(unsigned).bitcast(dtype)
   return apply
 
 
 add, sub, mul = _wrapping(operator.add), _wrapping(operator.sub), _wrapping(operator.mul)
+
+
+def _zero_constant(x):
+  """For a Tensor that is a broadcast constant zero: -1.0 or 1.0 (its sign); None for anything else."""
+  base = x.uop.base
+  if base.op is Ops.CONST and isinstance(base.arg, float) and base.arg == 0.0:
+    return math.copysign(1.0, base.arg)
+  return None
+
+
+def _constant_zero_operand(op, x, y):
+  """x op y when one side is a constant zero, without tinygrad's simplifier (None when neither is).
+
+  NB: tinygrad folds x * 0 -> 0 and x + 0 -> x for a constant zero, but IEEE (and XLA) give inf * 0 = NaN,
+  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0.
+  """
+  zx, zy = _zero_constant(x), _zero_constant(y)
+  if zx is None and zy is None:
+    return None
+  if op is operator.mul:
+    other, zero = (y, zx) if zx is not None else (x, zy)
+    signed_zero = fm.with_sign(other.zeros_like(), other if zero > 0 else -other)
+    return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
+  if op is operator.sub:
+    if zy is not None:  # x - (+-0) is x + (-+0)
+      return _constant_zero_operand(operator.add, x, -y)
+    return x.eq(0).where(fm.with_sign(x.zeros_like(), y), -x)  # +-0 - x: -x, but a zero minus a zero is below
+  zero, other = (zx, y) if zx is not None else (zy, x)
+  if zero < 0:  # x + (-0.0) is x, exactly
+    return other
+  return other.eq(0).where(other.zeros_like().abs(), other)  # x + 0.0 is x, but -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
