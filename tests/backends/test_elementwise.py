@@ -358,3 +358,23 @@ def test_x64_dtypes_in_a_subprocess():
 def test_denormals_flush_like_xla(dtype):
   """XLA's CPU backend runs with denormals flushed to zero (inputs and results); tinygrad keeps them."""
   check_lax("mul", np.array([1e-40, 2e-39], dtype), np.array([1.0, 0.5], dtype))
+
+
+# --- constant zeros: tinygrad's simplifier would fold x * 0 -> 0 and x + 0 -> x (inf * 0 is NaN, -0.0 + 0.0 is +0.0)
+ZERO_CASES = {
+  "zeros_times_x": lambda np_, a: np_.zeros(7) * a,
+  "x_times_literal_zero": lambda np_, a: a * 0.0,
+  "x_times_negative_zero": lambda np_, a: a * -0.0,
+  "x_plus_zero": lambda np_, a: a + 0.0,
+  "zeros_plus_literal": lambda np_, a: np_.zeros(7) + 1.0,
+  "x_minus_negative_zero": lambda np_, a: a - (-0.0),
+  "zero_minus_x": lambda np_, a: 0.0 - a,
+  "broadcast_zeros_times_x": lambda np_, a: np_.zeros((2, 7)) * a,
+  "x_plus_broadcast_zeros": lambda np_, a: a + np_.zeros((3, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_CASES))
+def test_constant_zero_operands_keep_ieee_semantics(name):
+  x = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, -2.0, 3.0], np.float32)
+  check(lambda np_, a: ZERO_CASES[name](np_, np_.asarray(a)), x)

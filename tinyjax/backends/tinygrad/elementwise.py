@@ -60,6 +60,9 @@ def _constant_zero_operand(op, x, y):
   zx, zy = _zero_constant(x), _zero_constant(y)
   if zx is None and zy is None:
     return None
+  # a jaxpr literal is a scalar beside an array operand: bring both to the result's shape
+  shape = tuple(map(max, *(((1,) * (max(x.ndim, y.ndim) - t.ndim) + t.shape) for t in (x, y))))
+  x, y = (t.reshape((1,) * (len(shape) - t.ndim) + t.shape).expand(shape) for t in (x, y))
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
     signed_zero = fm.with_sign(other.zeros_like(), other if zero > 0 else -other)
