@@ -168,8 +168,12 @@ class TinygradBackend(Backend):
     NB: a safety net for tinygrad code-generation bugs (e.g. clang rejecting a generated kernel): the result is
     still JAX's, and the report counts the program's equations as XLA's.
     """
+    from tinygrad.helpers import Context
     try:
-      return runner(inputs)
+      # NB: kernels compile in this process, not in tinygrad's worker pool: the workers are fresh processes that
+      # lack floatmath's FDIV constant folding (tinygrad 0.14 has none) and fail on a constant division
+      with Context(PARALLEL=0):
+        return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
       fn = xla.compile_eqns(program.eqns, range(len(inputs)), program.in_avals, program.outputs, program.n_slots)
       source = program.eqns[-1].source if program.eqns else "<unknown>"
