@@ -82,3 +82,9 @@ def check_lax(name, *args, native_only=True, rtol=None, atol=None, **params):
     tinyjax.flush()
   assert_like_jax(actual, expected, rtol, atol)
   return actual
+
+
+def check_traced(fn, *args, **kwargs):
+  """fn, written against JAX (lax calls with static arguments, flax), run by JAX and traced whole by tinyjax."""
+  from tinyjax.core.mirror import wrap
+  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)

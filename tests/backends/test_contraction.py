@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import check, check_lax
-from tinyjax.core.mirror import wrap
+from oracle import check, check_lax, check_traced
 from tinyjax.report import collecting
 from xfail import param
 
@@ -26,11 +25,6 @@ def data(shape, dtype, seed=0):
     info = np.iinfo(dtype)
     return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
   return rng.standard_normal(shape).astype(dtype)
-
-
-def check_traced(fn, *args, **kwargs):
-  """fn, a function written against JAX (flax, a lax call with static arguments), on JAX and traced by tinyjax."""
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 # --- dot_general

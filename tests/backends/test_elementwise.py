@@ -15,8 +15,7 @@ import pytest
 from jax import lax
 from jax.extend.core import primitives
 
-from oracle import check, check_lax
-from tinyjax.core.mirror import wrap
+from oracle import check, check_lax, check_traced
 from xfail import param
 
 F32, F16 = np.float32, np.float16
@@ -24,11 +23,6 @@ F32, F16 = np.float32, np.float16
 
 def name(dtype):
   return np.dtype(dtype).name
-
-
-def check_traced(fn, *args, **kwargs):
-  """fn (a function of lax calls or primitive binds) on JAX, and traced whole by tinyjax (nothing may fall back)."""
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 # --- edge values

@@ -7,8 +7,7 @@ import pytest
 from jax import lax
 
 import tinyjax
-from oracle import check, check_lax
-from tinyjax.core.mirror import wrap
+from oracle import check, check_lax, check_traced as traced
 from xfail import param
 
 M = lax.GatherScatterMode
@@ -37,11 +36,6 @@ def small(shape, dtype, seed=1):
   edges = np.array([-0.0, np.inf, np.nan, 0.0], dtype)[:x.size]
   x[-len(edges):] = edges
   return x.reshape(shape)
-
-
-def traced(fn, *args, **kwargs):
-  """fn, written against JAX (a transformation, lax with static arguments), on JAX and traced by tinyjax."""
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 # --- gather

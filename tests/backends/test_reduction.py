@@ -5,13 +5,11 @@ shapes (0-d, size-1 axes, empty axes, long axes).
 Each distinct kernel costs a clang compile, so a test reduces one array over several axes in one check, and the
 shape cases run on one dtype per primitive.
 """
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
-from oracle import check, check_lax
-from tinyjax.core.mirror import wrap
+from oracle import check, check_lax, check_traced
 from xfail import param
 
 FLOATS = [np.float32, np.float16]
@@ -43,11 +41,6 @@ def sample(shape, dtype, seed=0):
     values.flat[:2] = [info.min, info.max][:values.size]
     return values
   return rng.choice([-2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 1.5, 3.0], shape).astype(dtype)
-
-
-def check_traced(fn, *args, **kwargs):
-  """fn (a function of lax calls) on JAX, and traced whole by tinyjax, where nothing may fall back."""
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 def name(dtype):

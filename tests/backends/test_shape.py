@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import check
-from tinyjax.core.mirror import wrap
+from oracle import check, check_traced
 from xfail import param
 
 DTYPES = [np.float32, np.float16, np.int8, np.int32, np.uint8, np.uint32, np.bool_]
@@ -34,11 +33,6 @@ def edge_value(dtype):
   if dtype == np.bool_:
     return np.bool_(True)
   return dtype(np.iinfo(dtype).min) if np.issubdtype(dtype, np.integer) else dtype(np.nan)
-
-
-def check_traced(fn, *args, **kwargs):
-  """fn (a function of lax calls) on JAX, and traced whole by tinyjax, where nothing may fall back."""
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 # Each case: fn(x, scalar, empty, padding) -> list of results; x is (3, 4), scalar 0-d, empty (0, 3).

@@ -1,13 +1,11 @@
 """sort and top_k on tinygrad, against JAX on XLA: XLA's order of floats (NaN last, -0.0 equal to 0.0 in sort but
 below it in top_k), stability, several operands and keys, any dimension, and the jnp functions built on them."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
-from oracle import check, check_lax
-from tinyjax.core.mirror import wrap
+from oracle import check, check_lax, check_traced as traced
 from xfail import param
 
 EDGES = np.array([0.0, -0.0, np.nan, -np.nan, 1.0, -np.inf, np.inf, -0.0, 0.0, 1.0, -1.0, np.nan], np.float32)
@@ -22,10 +20,6 @@ def data(shape, dtype, seed=0):
     info = np.iinfo(dtype)
     return rng.choice(np.array([info.min, info.max, 0, 1, 2, info.max - 1], dtype), shape)
   return rng.choice(EDGES, shape).astype(dtype)
-
-
-def traced(fn, *args, **kwargs):
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="sort", dtype=d, id=d.__name__)
