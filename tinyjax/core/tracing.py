@@ -8,6 +8,7 @@
   when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
 - functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays.
 """
+import collections
 import dataclasses
 import functools
 import itertools
@@ -98,11 +99,28 @@ def _input_value(leaf, aval) -> Value:
   if is_array(leaf):
     return leaf._value
   if isinstance(leaf, Scalar):
-    return Value(aval, host=np.asarray(leaf.value, aval.dtype))
+    return _scalar_value(leaf.value, aval)
   if keys.is_key(aval.dtype):
     return Value(aval, host=np.asarray(keys.key_data(leaf)))
   # NB: a copy, as JAX makes at the call: the caller may write into its NumPy array before the flush reads it
   return Value(aval, host=np.array(leaf, aval.dtype))
+
+
+_scalar_values: collections.OrderedDict = collections.OrderedDict()
+_SCALAR_VALUES_KEPT = 256
+
+
+def _scalar_value(value, aval) -> Value:
+  """One Value per recent (Python scalar, aval): its device buffer is made once, not at every call that passes it
+  (an eager loop's `x * 1.01` would otherwise copy 1.01 to the device at each flush)."""
+  key = (_static_key(value), aval)
+  if (cached := _scalar_values.get(key)) is not None:
+    _scalar_values.move_to_end(key)
+    return cached
+  cached = _scalar_values[key] = Value(aval, host=np.asarray(value, aval.dtype))
+  if len(_scalar_values) > _SCALAR_VALUES_KEPT:
+    _scalar_values.popitem(last=False)
+  return cached
 
 
 def _trace(fn, treedef, leaves, scalars_dynamic: bool):

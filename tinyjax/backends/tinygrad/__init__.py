@@ -246,8 +246,12 @@ class _Replayed:
     self.run, self.program, self.const = run, program, const
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
-    self.jit = TinyJit(lambda *inputs: tuple(run(list(inputs))[i] for i in self.computed))
+    self.jit = TinyJit(self._computed_outputs)
     self.broken = not self.computed
+
+  def _computed_outputs(self, *inputs) -> tuple:
+    outs = self.run(list(inputs))
+    return tuple(outs[i] for i in self.computed)
 
   def __call__(self, inputs):
     from tinygrad import Tensor
