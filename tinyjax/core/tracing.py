@@ -55,9 +55,14 @@ class Scalar:
     self.value = value
 
 
+@functools.cache
+def _array_type() -> type:
+  from tinyjax.core.array import Array  # NB: imported at first use: tinyjax.core.array imports this module
+  return Array
+
+
 def is_array(x) -> bool:
-  from tinyjax.core.array import Array
-  return isinstance(x, Array)
+  return isinstance(x, _array_type())
 
 
 def _is_leaf(x) -> bool:
@@ -80,8 +85,10 @@ def _host_aval(x):
 
 
 @functools.cache
-def _scalar_dtype(kind: type, x64: bool):
-  return jax.dtypes.canonicalize_dtype({int: np.int64, float: np.float64, complex: np.complex128}[kind])
+def _scalar_aval(kind: type, x64: bool):
+  """The weak-typed aval of a Python scalar traced as an input (`x64`: part of the cache key)."""
+  dtype = jax.dtypes.canonicalize_dtype({int: np.int64, float: np.float64, complex: np.complex128}[kind])
+  return jax.core.ShapedArray((), dtype, weak_type=True)
 
 
 def _static_key(x):
@@ -132,7 +139,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     elif isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
       aval = _host_aval(leaf)
     elif isinstance(leaf, Scalar) and scalars_dynamic:
-      aval = jax.core.ShapedArray((), _scalar_dtype(type(leaf.value), jax.config.jax_enable_x64), weak_type=True)
+      aval = _scalar_aval(type(leaf.value), jax.config.jax_enable_x64)
     else:
       statics.append(leaf.value if isinstance(leaf, Scalar) else leaf)
       continue
@@ -195,13 +202,17 @@ def _fits(value: int, ranges) -> bool:
   return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
 
 
+_SCALAR_TYPES = (int, float, complex)
+
+
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   from tinyjax.core.array import Array
   kwargs = kwargs or {}
-  if not static_scalars:
+  if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
     int_ranges = [jax.numpy.iinfo(a.dtype) for a in args
-                  if isinstance(a, (Array, np.ndarray, np.generic, jax.Array)) and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)]
+                  if isinstance(a, (Array, np.ndarray, np.generic, jax.Array)) and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)
+                  ] if any(type(a) is int for a in args) else []
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
                  for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
@@ -223,7 +234,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
     return _eager(fn, treedef, leaves)
   source = user_source()
-  if config.get("fallback") != "xla":
+  if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
     check_fallback(current_backend(), traced.program.eqns, source)
   inputs = [_input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   outs = [Array(v) for v in buffer.append(traced, inputs, source)]
