@@ -21,7 +21,10 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {
-  "backend": Setting("TINYJAX_BACKEND", "tinygrad", ("tinygrad", "xla"), "which backend runs flushed programs"),
+  "backend": Setting("TINYJAX_BACKEND", "tinygrad", ("tinygrad", "xla", "auto"),
+                     "which backend runs flushed programs; auto: each program on the one measured faster for it"),
+  "auto_cache": Setting("TINYJAX_AUTO_CACHE", "~/.cache/tinyjax/auto.json", None,
+                        "where TINYJAX_BACKEND=auto remembers which backend was faster for each program"),
   "device": Setting("TINYJAX_DEVICE", "", None,
                     "tinygrad device string (DEV syntax: CPU, CL, METAL, CUDA, ...; CLANG means CPU); empty: tinygrad's default"),
   "fallback": Setting("TINYJAX_FALLBACK", "xla", ("xla", "warn", "error"),
@@ -29,6 +32,12 @@ SETTINGS: dict[str, Setting] = {
   "buffer_limit": Setting("TINYJAX_BUFFER_LIMIT", "2000", None, "flush once this many equations are pending",
                           integer=True),
   "log_compiles": Setting("TINYJAX_LOG_COMPILES", "0", ("0", "1"), "print each program tinyjax compiles and why the cache missed"),
+  "check": Setting("TINYJAX_CHECK", "0", ("0", "1"),
+                   "also run each flushed program on XLA; a difference raises tinyjax.CheckError naming the first "
+                   "equation that differs (docs/reliability.md)"),
+  "f64": Setting("TINYJAX_F64", "error", ("error", "downcast"),
+                 "float64 (jax_enable_x64) on a device without float64: raise tinyjax.Float64Error at the call, or "
+                 "compute it in float32 (docs/reliability.md)"),
 }
 
 _overrides: dict[str, str] = {}

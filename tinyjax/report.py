@@ -18,6 +18,7 @@ class Report:
   flushes: int = 0
   compiles: int = 0
   eager: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fn -> calls
+  choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
 
   @property
   def fallback_primitives(self) -> dict[str, int]:
@@ -34,6 +35,8 @@ class Report:
       lines.append("  " + "primitive".ljust(width) + "".join(b.rjust(10) for b in backends))
       for prim in sorted({p for _, p in self.primitives}):
         lines.append("  " + prim.ljust(width) + "".join(str(self.primitives[b, prim]).rjust(10) for b in backends))
+    for reason, runs in sorted(self.choices.items()):
+      lines.append(f"{reason}: {runs} runs")
     if self.eager:
       lines.append("run eagerly by JAX (they need concrete values): "
                    + ", ".join(f"{fn} x{n}" for fn, n in sorted(self.eager.items())))
@@ -54,6 +57,8 @@ def record_run(compiled) -> None:
     report.primitives.update(compiled.counts)
     report.segments.update(compiled.segments)
     report.bytes_crossed += compiled.bytes_crossed
+    if compiled.reason:
+      report.choices[compiled.reason] += 1
 
 
 def record_compile() -> None:

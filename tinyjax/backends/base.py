@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from tinyjax import config
+from tinyjax.backends import float64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Compiled:
   counts: dict  # (backend name, primitive name) -> equations per run
   segments: list  # backend name of each segment, in order
   bytes_crossed: int  # bytes moved between backends per run
+  reason: str = ""  # why it runs where it does, when a choice was made (TINYJAX_BACKEND=auto)
 
 
 class Backend(abc.ABC):
@@ -57,8 +59,26 @@ class Backend(abc.ABC):
   def compile(self, program) -> Compiled:
     """A runner for the Program."""
 
+  def supports_dtype(self, dtype) -> bool:
+    """Whether the device computes this dtype."""
+    return True
+
   def __repr__(self):
     return f"<{self.name} backend on {self.device}>"
+
+
+def wrap_compiled(inner: Compiled, run: Callable[[list], list]) -> Compiled:
+  """A Compiled that runs `run` (which calls `inner.run`) and reports what `inner` executes: read after each run,
+  since a rescue (tinygrad's `_run_or_rescue`) changes it."""
+  outer = Compiled(None, inner.counts, inner.segments, inner.bytes_crossed)
+
+  def run_and_report(inputs):
+    outs = run(inputs)
+    outer.counts, outer.segments, outer.bytes_crossed = inner.counts, inner.segments, inner.bytes_crossed
+    outer.reason = inner.reason
+    return outs
+  outer.run = run_and_report
+  return outer
 
 
 class DeviceNotFoundError(RuntimeError):
@@ -66,7 +86,7 @@ class DeviceNotFoundError(RuntimeError):
 
 
 _backends: dict[tuple[str, str], Backend] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
 
 
 def current_backend() -> Backend:
@@ -87,12 +107,15 @@ def _make(name: str, device: str) -> Backend:
   if name == "xla":
     from tinyjax.backends.xla import XlaBackend
     return XlaBackend(device)
+  if name == "auto":
+    from tinyjax.backends.auto import AutoBackend
+    return AutoBackend(device)
   from tinyjax.backends.tinygrad import TinygradBackend
   return TinygradBackend(device)
 
 
 def devices(backend: str | None = None) -> list[Device]:
-  """The devices of a backend that work on this machine (the backend in effect by default)."""
+  """The devices of a backend that work on this machine (the backend in effect by default; auto: tinygrad's)."""
   name = backend or config.validated("backend")
   if name == "xla":
     from tinyjax.backends.xla import available_devices
@@ -107,15 +130,28 @@ class FallbackError(NotImplementedError):
   """An equation has no native rule on the chosen device, and TINYJAX_FALLBACK=error."""
 
 
+class Float64Error(FallbackError):
+  """An equation computes in float64 (jax_enable_x64) on a device without float64, and TINYJAX_F64=error.
+
+  A FallbackError: the equation cannot run natively as asked; the message says how to run it anyway."""
+
+
 _warned: set[str] = set()
 
 
 def check_fallback(backend: Backend, eqns, source: str) -> None:
-  """Apply TINYJAX_FALLBACK to equations about to be buffered: raise or warn at the user's call."""
+  """Apply TINYJAX_F64 and TINYJAX_FALLBACK to equations about to be buffered: raise or warn at the user's call."""
   policy = config.validated("fallback")
-  if policy == "xla" or backend.name == "xla":
+  f64_policy = config.validated("f64") if float64.lacks_float64(backend) else None
+  if policy == "xla" and f64_policy != "error" or backend.name == "xla":
     return
   for eqn in eqns:
+    if f64_policy is not None and float64.uses_float64(eqn):
+      if f64_policy == "error":
+        raise Float64Error(f"{eqn.name} computes in float64, which {backend.device!r} lacks. Called at {source}. "
+                           "Set TINYJAX_F64=downcast to compute it in float32 (arrays stay float64), disable "
+                           "jax_enable_x64, or run it on XLA (TINYJAX_BACKEND=xla)")
+      eqn = float64.narrow_eqn(eqn) or eqn  # downcast: the float32 equation is what runs
     if backend.supports(eqn):
       continue
     dtypes = ", ".join(sorted({str(a.dtype) for a in eqn.in_avals + eqn.out_avals}))

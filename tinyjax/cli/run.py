@@ -18,15 +18,13 @@ from typing import Annotated
 import typer
 
 
-class BackendName(str, enum.Enum):
-  tinygrad = "tinygrad"
-  xla = "xla"
+def _choices(setting: str) -> type[enum.Enum]:
+  """The choices of a setting (tinyjax.config.SETTINGS) as the Enum typer takes."""
+  from tinyjax.config import SETTINGS
+  return enum.Enum(setting.capitalize(), {c: c for c in SETTINGS[setting].choices}, type=str)
 
 
-class FallbackPolicy(str, enum.Enum):
-  xla = "xla"
-  warn = "warn"
-  error = "error"
+BackendName, FallbackPolicy = _choices("backend"), _choices("fallback")
 
 
 _TINYJAX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +45,7 @@ def _environment(device, backend, fallback, beam, debug) -> dict[str, str]:
   if fallback is not None:
     env["TINYJAX_FALLBACK"] = fallback.value
   if device is not None:
-    on_tinygrad = (backend.value if backend else os.environ.get("TINYJAX_BACKEND", "tinygrad")) == "tinygrad"
+    on_tinygrad = (backend.value if backend else os.environ.get("TINYJAX_BACKEND", "tinygrad")) != "xla"
     env["TINYJAX_DEVICE"] = canonical(device) if on_tinygrad else device
     if on_tinygrad:
       env["DEV"] = env["TINYJAX_DEVICE"]

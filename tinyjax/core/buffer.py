@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 from jax.extend.core import Literal
 
-from tinyjax import config, report
+from tinyjax import check, config, report
 from tinyjax.core.program import Builder
 
 
@@ -107,7 +107,7 @@ def flush(extra=()) -> None:
     values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
     if not values:
       return
-    backend = current_backend()
+    backend = check.checked(current_backend())  # TINYJAX_CHECK=1: checked against XLA
     try:
       # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
       # other values do not rerun (and fail on) equations that nobody asked for

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from tinyjax.backends import mixed, xla
+from tinyjax.backends import float64, mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting)
@@ -148,6 +148,8 @@ class TinygradBackend(Backend):
 
   # --- compiling a flushed program
   def compile(self, program) -> Compiled:
+    if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
+      return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
     plan = self.plan(program)
 
     def run(inputs):

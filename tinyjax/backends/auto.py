@@ -1,0 +1,153 @@
+"""TINYJAX_BACKEND=auto: each flushed program runs on the backend measured faster for it.
+
+The first time a program (a structure of equations on given shapes and dtypes) is flushed, it runs on tinygrad (as
+the tinygrad backend plans it: native segments, XLA for what has no rule) and on XLA, each until its compiled form
+is warm, and the faster steady-state run wins. The choice and both times are remembered on disk
+(TINYJAX_AUTO_CACHE), so later processes skip the trial. `tinyjax.report()` says which backend ran each program and
+why.
+
+Buffers are those of whichever backend made them (tinygrad Tensors, jax.Arrays, or host arrays for dtypes the
+device lacks); an input made by the other backend crosses through the host before the run.
+"""
+import hashlib
+import json
+import os
+import threading
+import time
+
+import jax
+import numpy as np
+
+from tinyjax import config
+from tinyjax.backends.base import Backend, Compiled, backend_for
+
+_TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last two are timed (tinygrad: the first
+# run compiles, the second is captured by TinyJit, the third replays; XLA: the first compiles)
+
+
+class AutoBackend(Backend):
+  name = "auto"
+
+  def __init__(self, device: str):
+    self.tinygrad = backend_for("tinygrad", device)
+    self.xla = backend_for("xla", "")
+    self.device = self.tinygrad.device
+    self._choices = _Choices(os.path.expanduser(config.validated("auto_cache")))
+
+  def put(self, host):
+    return self.tinygrad.put(host)
+
+  def get(self, buffer):
+    return self._backend_of(buffer).get(buffer)
+
+  def supports(self, eqn) -> bool:
+    return True  # NB: under auto, XLA running an equation is a choice, not a fallback
+
+  def supports_dtype(self, dtype) -> bool:
+    return self.tinygrad.supports_dtype(dtype)
+
+  def _backend_of(self, buffer) -> Backend:
+    return self.xla if isinstance(buffer, jax.Array) else self.tinygrad
+
+  def _moved(self, buffers: list, backend: Backend) -> list:
+    """The buffers as `backend` takes them: those the other backend made cross through the host."""
+    return [b if self._backend_of(b) is backend or isinstance(b, np.ndarray) and backend is self.tinygrad
+            else backend.put(self.get(b)) for b in buffers]
+
+  def compile(self, program) -> Compiled:
+    candidates = {"tinygrad": self.tinygrad.compile(program), "xla": self.xla.compile(program)}
+    key = _fingerprint(program, self.device)
+    compiled = Compiled(None, {}, [], 0)
+
+    def first_run(inputs: list) -> list:
+      choice, outs = self._choices.get(key), None
+      if choice is None:
+        choice, outs = self._trial(candidates, inputs)
+        self._choices.put(key, choice)
+      chosen, backend = candidates[choice["backend"]], getattr(self, choice["backend"])
+
+      def run(inputs: list) -> list:
+        outs = chosen.run(self._moved(inputs, backend))
+        # read after each run: a rescue (tinygrad failing to compile a kernel) changes what ran where
+        compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+        return outs
+      compiled.run, compiled.reason = run, _reason(choice, len(program.eqns))
+      if outs is None:
+        return run(inputs)
+      compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+      return outs
+    compiled.run = first_run
+    return compiled
+
+  def _trial(self, candidates: dict, inputs: list):
+    """Run the program on each backend until warm; the faster one's choice, and its outputs of the last run."""
+    times, outs = {}, {}
+    for name, backend in (("tinygrad", self.tinygrad), ("xla", self.xla)):
+      moved = self._moved(inputs, backend)
+      timed = []
+      for _ in range(_TRIAL_RUNS[name]):
+        start = time.perf_counter()
+        outs[name] = candidates[name].run(moved)
+        self._wait(outs[name])
+        timed.append(time.perf_counter() - start)
+      times[name] = min(timed[-2:])
+    best = min(times, key=times.get)
+    return {"backend": best, "tinygrad_ms": times["tinygrad"] * 1e3, "xla_ms": times["xla"] * 1e3}, outs[best]
+
+  def _wait(self, buffers: list) -> None:
+    from tinygrad import Device
+    jax.block_until_ready([b for b in buffers if isinstance(b, jax.Array)])
+    Device[self.tinygrad.tg_device].synchronize()
+
+
+def _reason(choice: dict, n_eqns: int) -> str:
+  return (f"auto ran a program of {n_eqns} equations on {choice['backend']}: {choice['tinygrad_ms']:.3g} ms per run "
+          f"on tinygrad, {choice['xla_ms']:.3g} ms on XLA (measured once, remembered in TINYJAX_AUTO_CACHE)")
+
+
+def _fingerprint(program, device) -> str:
+  """A stable name for the program's structure on this device and these library versions (not its data)."""
+  import tinygrad
+
+  def atom(a):
+    return str(a) if isinstance(a, int) else f"const {a.aval.str_short()}"
+  text = [str(device), jax.__version__, getattr(tinygrad, "__version__", ""),
+          " ".join(a.str_short() for a in program.in_avals), " ".join(map(atom, program.outputs))]
+  for eqn in program.eqns:
+    params = ", ".join(f"{k}={v}" for k, v in sorted(eqn.params.items()))
+    text.append(f"{eqn.name} {' '.join(map(atom, eqn.inputs))} -> {eqn.outputs} "
+                f"{[a.str_short() for a in eqn.in_avals]} [{params}]")
+  return hashlib.sha256("\n".join(text).encode()).hexdigest()
+
+
+class _Choices:
+  """The measured choices, a JSON file of fingerprint -> {backend, tinygrad_ms, xla_ms}, read once, written whole."""
+
+  def __init__(self, path: str):
+    self.path, self._lock, self._entries = path, threading.Lock(), None
+
+  def _load(self) -> dict:
+    if self._entries is None:
+      try:
+        with open(self.path) as f:
+          self._entries = json.load(f)
+      except (OSError, ValueError):  # none yet, or unreadable: measure again
+        self._entries = {}
+    return self._entries
+
+  def get(self, key: str) -> dict | None:
+    with self._lock:
+      return self._load().get(key)
+
+  def put(self, key: str, choice: dict) -> None:
+    with self._lock:
+      entries = self._load()
+      entries[key] = choice
+      try:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+          json.dump(entries, f)
+        os.replace(temporary, self.path)  # NB: atomic, so that concurrent processes never read half a file
+      except OSError:
+        pass  # a read-only home: the choice holds for this process only

@@ -1,0 +1,175 @@
+"""TINYJAX_F64: what float64 (with jax_enable_x64) does on a device that lacks it.
+
+Where the device computes float64 (tinygrad's CPU does; `supports_dtype` probes), float64 is computed in float64 and
+this policy is never consulted. Elsewhere:
+- "error" (the default): the call that would compute in float64 raises `Float64Error` (`base.check_fallback`);
+- "downcast": the flushed program is rewritten with float32 in place of float64 (avals, dtype params, constants and
+  the jaxprs of control-flow primitives) and runs natively; arrays stay float64 to the user, their values converted
+  on the way in and out.
+
+NB: never a silent XLA fallback for float64 as a whole: running every float64 operation on the host's XLA while the
+rest runs on the device would move each value across at every flush, which is rarely what a user of a GPU wants.
+The XLA backend (TINYJAX_BACKEND=xla) is the way to get true float64 there.
+"""
+import dataclasses
+import functools
+import weakref
+
+import jax
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params, primitives
+
+from tinyjax import config
+from tinyjax.core.program import CALL_PARAMS, Const, Eqn, Program
+
+F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+# Primitives whose result depends on the bit layout of float64 (jax.random's float64 samples are built this way):
+# under downcast they keep float64, so XLA runs them, with conversions from and to float32 around them.
+BIT_LAYOUT = frozenset({"bitcast_convert_type"})
+_downcast: weakref.WeakSet = weakref.WeakSet()  # programs `downcast` made: their float64 is what must stay float64
+
+
+def lacks_float64(backend) -> bool:
+  return not backend.supports_dtype(F64)
+
+
+def downcasting(backend) -> bool:
+  """Whether float64 is computed in float32 on this backend now (TINYJAX_F64=downcast and no float64 here)."""
+  return lacks_float64(backend) and config.validated("f64") == "downcast"
+
+
+def uses_float64(eqn) -> bool:
+  """Whether an equation (of a Program or of a jaxpr) computes in float64, itself or in a jaxpr of its params."""
+  in_avals = eqn.in_avals if isinstance(eqn, Eqn) else [v.aval for v in eqn.invars]
+  out_avals = eqn.out_avals if isinstance(eqn, Eqn) else [v.aval for v in eqn.outvars]
+  return (any(a.dtype == F64 for a in (*in_avals, *out_avals))
+          or any(uses_float64(e) for jaxpr in jaxprs_in_params(eqn.params) for e in jaxpr.eqns))
+
+
+def narrow_eqn(eqn: Eqn) -> Eqn | None:
+  """The equation computing in float32 where it computed in float64 (itself if it has no float64); None for an
+  equation that must keep float64 (BIT_LAYOUT)."""
+  if not uses_float64(eqn):
+    return eqn
+  if eqn.name in BIT_LAYOUT:
+    return None
+  return dataclasses.replace(eqn, params={k: _narrow(v) for k, v in eqn.params.items()},
+                             inputs=tuple(map(_narrow_atom, eqn.inputs)), in_avals=tuple(map(_narrow, eqn.in_avals)),
+                             out_avals=tuple(map(_narrow, eqn.out_avals)))
+
+
+def downcast(program: Program) -> Program:
+  """The program computing in float32 where it computed in float64 (the same object if it has no float64, or if
+  `downcast` made it)."""
+  if program in _downcast or (not any(a.dtype == F64 for a in program.in_avals)
+                              and not any(map(uses_float64, program.eqns))):
+    return program
+  eqns, n_slots = [], program.n_slots
+  for eqn in program.eqns:
+    if (narrow := narrow_eqn(eqn)) is not None:
+      eqns.append(narrow)
+      continue
+    # NB: kept in float64: its float32 operands are widened before it and its float64 results narrowed after it
+    inputs, outputs, narrowing = list(eqn.inputs), list(eqn.outputs), []
+    for i, (atom, aval) in enumerate(zip(eqn.inputs, eqn.in_avals)):
+      if isinstance(atom, int) and aval.dtype == F64:
+        inputs[i], n_slots = n_slots, n_slots + 1
+        eqns.append(_convert(atom, inputs[i], _narrow(aval), aval, eqn.source))
+    for i, (slot, aval) in enumerate(zip(eqn.outputs, eqn.out_avals)):
+      if aval.dtype == F64:
+        outputs[i], n_slots = n_slots, n_slots + 1
+        narrowing.append(_convert(outputs[i], slot, aval, _narrow(aval), eqn.source))
+    eqns += [dataclasses.replace(eqn, inputs=tuple(inputs), outputs=tuple(outputs)), *narrowing]
+  narrow = Program(tuple(map(_narrow, program.in_avals)), tuple(eqns), tuple(map(_narrow_atom, program.outputs)),
+                   n_slots)
+  _downcast.add(narrow)
+  return narrow
+
+
+def widened(backend, compiled, program: Program):
+  """`compiled`, the downcast `program`, run on `program`'s buffers: float64 inputs (host arrays, which is how the
+  backend keeps a dtype its device lacks) enter as float32, float64 outputs leave as float64 host arrays."""
+  from tinyjax.backends.base import wrap_compiled  # (base imports this module)
+  avals = dict(enumerate(program.in_avals))
+  avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
+  wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype == F64}
+  wide_out = {i for i, a in enumerate(program.outputs) if (avals[a] if isinstance(a, int) else a.aval).dtype == F64}
+
+  def run(inputs):
+    inputs = [backend.put(_to_float32(backend.get(x))) if i in wide_in else x for i, x in enumerate(inputs)]
+    outs = compiled.run(inputs)
+    # NB: downcast values are float32 on the device; read as the float64 arrays the program promised
+    return [np.asarray(backend.get(x), F64) if i in wide_out else x for i, x in enumerate(outs)]
+  return wrap_compiled(compiled, run)
+
+
+def _to_float32(value) -> np.ndarray:
+  with np.errstate(over="ignore"):  # NB: beyond float32's range is infinity, as float32 arithmetic would make it
+    return np.asarray(value, F32)
+
+
+def _convert(source: int, target: int, from_aval, to_aval, where: str) -> Eqn:
+  params = {"new_dtype": to_aval.dtype, "weak_type": to_aval.weak_type, "sharding": None}
+  return Eqn(primitives.convert_element_type_p, params, (source,), (target,), (from_aval,), (to_aval,), where)
+
+
+def _narrow(x):
+  """A param or aval with float32 for float64; jaxprs in params are traced again with float32."""
+  if isinstance(x, np.dtype):
+    return F32 if x == F64 else x
+  if isinstance(x, jax.core.ShapedArray):
+    return x.update(dtype=F32) if x.dtype == F64 else x
+  if isinstance(x, ClosedJaxpr):
+    return _narrow_closed(x)
+  if isinstance(x, tuple):
+    items = tuple(map(_narrow, x))
+    return x._make(items) if hasattr(x, "_make") else items  # namedtuples (custom_linear_solve's jaxprs) stay so
+  return x
+
+
+def _narrow_atom(atom):
+  if isinstance(atom, Const) and atom.aval.dtype == F64:
+    return Const(_to_float32(atom.value), _narrow(atom.aval))
+  return atom
+
+
+@functools.lru_cache(maxsize=512)
+def _narrow_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+  if not any(map(uses_float64, closed.jaxpr.eqns)) and not any(v.aval.dtype == F64 for v in closed.jaxpr.invars):
+    return closed
+  consts = [_to_float32(c) if v.aval.dtype == F64 else c for c, v in zip(closed.consts, closed.jaxpr.constvars)]
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+           for a in (_narrow(v.aval) for v in closed.jaxpr.invars)]
+  return jax.make_jaxpr(lambda *args: _evaluate(closed.jaxpr, consts, args))(*specs)
+
+
+def _evaluate(jaxpr, consts, args) -> list:
+  """The jaxpr applied to float32 tracers, each equation bound with float32 params (calls inlined)."""
+  env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+
+  def read(atom):
+    if isinstance(atom, Literal):
+      return _to_float32(atom.val) if atom.aval.dtype == F64 else atom.val
+    return env[atom]
+
+  for eqn in jaxpr.eqns:
+    inputs = [read(v) for v in eqn.invars]
+    if eqn.primitive.name in CALL_PARAMS:
+      callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
+      if isinstance(callee, ClosedJaxpr):
+        callee = _narrow_closed(callee)
+        outs = _evaluate(callee.jaxpr, callee.consts, inputs)
+      else:
+        outs = _evaluate(callee, (), inputs)
+    elif eqn.primitive.name in BIT_LAYOUT and uses_float64(eqn):
+      wide = [jax.lax.convert_element_type(x, F64) if v.aval.dtype == F64 else x for x, v in zip(inputs, eqn.invars)]
+      outs = [jax.lax.convert_element_type(x, F32) if x.dtype == F64 else x for x in _bind(eqn, wide, eqn.params)]
+    else:
+      outs = _bind(eqn, inputs, {k: _narrow(v) for k, v in eqn.params.items()})
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _bind(eqn, inputs, params) -> list:
+  out = eqn.primitive.bind(*inputs, **params)
+  return out if eqn.primitive.multiple_results else [out]
