@@ -14,6 +14,7 @@ import functools
 import itertools
 import os
 import sys
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -107,10 +108,26 @@ def _input_value(leaf, aval) -> Value:
     return leaf._value
   if isinstance(leaf, Scalar):
     return _scalar_value(leaf.value, aval)
-  if keys.is_key(aval.dtype):
-    return Value(aval, host=np.asarray(keys.key_data(leaf)))
+  if isinstance(leaf, jax.Array):
+    return _jax_array_value(leaf, aval)
   # NB: a copy, as JAX makes at the call: the caller may write into its NumPy array before the flush reads it
   return Value(aval, host=np.array(leaf, aval.dtype))
+
+
+_jax_array_values: dict[int, tuple[weakref.ref, Value]] = {}
+
+
+def _jax_array_value(array: jax.Array, aval) -> Value:
+  """One Value per live jax.Array (they are immutable): flax parameters passed to every call of a tinyjax.jit
+  function cross to the device once, not at every call."""
+  entry = _jax_array_values.get(id(array))
+  if entry is not None and entry[0]() is array and entry[1].aval == aval:
+    return entry[1]
+  host = keys.key_data(array) if keys.is_key(aval.dtype) else array
+  value = Value(aval, host=np.asarray(host))
+  key = id(array)
+  _jax_array_values[key] = (weakref.ref(array, lambda _: _jax_array_values.pop(key, None)), value)
+  return value
 
 
 _scalar_values: collections.OrderedDict = collections.OrderedDict()
