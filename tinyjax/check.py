@@ -70,6 +70,9 @@ class Checking(Backend):
   def get(self, buffer):
     return self.inner.get(buffer)
 
+  def wait(self, buffer):
+    self.inner.wait(buffer)
+
   def supports(self, eqn) -> bool:
     return self.inner.supports(eqn)
 

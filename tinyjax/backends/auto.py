@@ -6,8 +6,8 @@ is warm, and the faster steady-state run wins. The choice and both times are rem
 (TINYJAX_AUTO_CACHE), so later processes skip the trial. `tinyjax.report()` says which backend ran each program and
 why.
 
-Buffers are those of whichever backend made them (tinygrad Tensors, jax.Arrays, or host arrays for dtypes the
-device lacks); an input made by the other backend crosses through the host before the run.
+A program takes and makes buffers of the backend it runs on (Compiled.target); a value made by the other backend
+crosses through the host once, and keeps its buffer on both (tinyjax.core.buffer.Value.buffers).
 """
 import hashlib
 import json
@@ -40,6 +40,9 @@ class AutoBackend(Backend):
   def get(self, buffer):
     return self._backend_of(buffer).get(buffer)
 
+  def wait(self, buffer):
+    self._backend_of(buffer).wait(buffer)
+
   def supports(self, eqn) -> bool:
     return True  # NB: under auto, XLA running an equation is a choice, not a fallback
 
@@ -57,25 +60,30 @@ class AutoBackend(Backend):
   def compile(self, program) -> Compiled:
     candidates = {"tinygrad": self.tinygrad.compile(program), "xla": self.xla.compile(program)}
     key = _fingerprint(program, self.device)
-    compiled = Compiled(None, {}, [], 0)
+    compiled = Compiled(None, {}, [], 0, target=self.tinygrad)
 
-    def first_run(inputs: list) -> list:
-      choice, outs = self._choices.get(key), None
-      if choice is None:
-        choice, outs = self._trial(candidates, inputs)
-        self._choices.put(key, choice)
-      chosen, backend = candidates[choice["backend"]], getattr(self, choice["backend"])
+    def choose(choice: dict) -> Compiled:
+      chosen = candidates[choice["backend"]]
 
       def run(inputs: list) -> list:
-        outs = chosen.run(self._moved(inputs, backend))
+        outs = chosen.run(inputs)
         # read after each run: a rescue (tinygrad failing to compile a kernel) changes what ran where
         compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
         return outs
-      compiled.run, compiled.reason = run, _reason(choice, len(program.eqns))
-      if outs is None:
-        return run(inputs)
+      compiled.run, compiled.reason, compiled.target = run, _reason(choice, len(program.eqns)), getattr(self, choice["backend"])
       compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+      return compiled
+
+    def first_run(inputs: list) -> list:
+      """The first run takes tinygrad's buffers: measure (unless remembered), then run where chosen from now on."""
+      if (choice := self._choices.get(key)) is not None:
+        return choose(choice).run(self._moved(inputs, compiled.target))
+      choice, outs = self._trial(candidates, inputs)
+      self._choices.put(key, choice)
+      choose(choice)
       return outs
+    if (choice := self._choices.get(key)) is not None:
+      return choose(choice)
     compiled.run = first_run
     return compiled
 
@@ -88,17 +96,12 @@ class AutoBackend(Backend):
       for _ in range(_TRIAL_RUNS[name]):
         start = time.perf_counter()
         outs[name] = candidates[name].run(moved)
-        self._wait(outs[name])
+        for buffer in outs[name]:
+          backend.wait(buffer)
         timed.append(time.perf_counter() - start)
       times[name] = min(timed[-2:])
     best = min(times, key=times.get)
     return {"backend": best, "tinygrad_ms": times["tinygrad"] * 1e3, "xla_ms": times["xla"] * 1e3}, outs[best]
-
-  def _wait(self, buffers: list) -> None:
-    from tinygrad import Device
-    jax.block_until_ready([b for b in buffers if isinstance(b, jax.Array)])
-    Device[self.tinygrad.tg_device].synchronize()
-
 
 def _reason(choice: dict, n_eqns: int) -> str:
   return (f"auto ran a program of {n_eqns} equations on {choice['backend']}: {choice['tinygrad_ms']:.3g} ms per run "

@@ -37,6 +37,7 @@ class Compiled:
   segments: list  # backend name of each segment, in order
   bytes_crossed: int  # bytes moved between backends per run
   reason: str = ""  # why it runs where it does, when a choice was made (TINYJAX_BACKEND=auto)
+  target: "Backend | None" = None  # the backend whose buffers `run` takes and returns, if not the compiling one
 
 
 class Backend(abc.ABC):
@@ -63,6 +64,9 @@ class Backend(abc.ABC):
     """Whether the device computes this dtype."""
     return True
 
+  def wait(self, buffer) -> None:
+    """Block until the computation of `buffer` is done (backends that run asynchronously override this)."""
+
   def __repr__(self):
     return f"<{self.name} backend on {self.device}>"
 
@@ -70,12 +74,12 @@ class Backend(abc.ABC):
 def wrap_compiled(inner: Compiled, run: Callable[[list], list]) -> Compiled:
   """A Compiled that runs `run` (which calls `inner.run`) and reports what `inner` executes: read after each run,
   since a rescue (tinygrad's `_run_or_rescue`) changes it."""
-  outer = Compiled(None, inner.counts, inner.segments, inner.bytes_crossed)
+  outer = Compiled(None, inner.counts, inner.segments, inner.bytes_crossed, inner.reason, inner.target)
 
   def run_and_report(inputs):
     outs = run(inputs)
     outer.counts, outer.segments, outer.bytes_crossed = inner.counts, inner.segments, inner.bytes_crossed
-    outer.reason = inner.reason
+    outer.reason, outer.target = inner.reason, inner.target
     return outs
   outer.run = run_and_report
   return outer

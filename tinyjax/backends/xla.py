@@ -57,6 +57,9 @@ class XlaBackend(Backend):
   def get(self, buffer):
     return np.asarray(buffer)
 
+  def wait(self, buffer):
+    buffer.block_until_ready()
+
   def supports(self, eqn):
     return True
 

@@ -91,6 +91,8 @@ class Array:
     if self._value.pending:
       from tinyjax.core import buffer
       buffer.flush((self._value,))
+    for backend, buffer in self._value.buffers.items():
+      backend.wait(buffer)
     return self
 
   def __array__(self, dtype=None, copy=None):

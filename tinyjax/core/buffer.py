@@ -162,10 +162,11 @@ def run(values: list[Value], backend) -> None:
       _programs.popitem(last=False)
   else:
     _programs.move_to_end(key)
-  results = compiled.run([v.buffer_on(backend) for v in input_values])
+  # NB: auto's programs take and make buffers of the backend they run on, which their first run chooses
+  results = compiled.run([v.buffer_on(compiled.target or backend) for v in input_values])
   report.record_run(compiled)
   for value, result in zip(values, results, strict=True):
-    value.buffers = {backend: result}
+    value.buffers = {compiled.target or backend: result}
     value.node = value.host = None
 
 

@@ -126,7 +126,8 @@ def _jax_array_value(array: jax.Array, aval) -> Value:
   host = keys.key_data(array) if keys.is_key(aval.dtype) else array
   value = Value(aval, host=np.asarray(host))
   key = id(array)
-  _jax_array_values[key] = (weakref.ref(array, lambda _: _jax_array_values.pop(key, None)), value)
+  # NB: the callback holds the dict itself: at interpreter exit the module's globals may already be gone
+  _jax_array_values[key] = (weakref.ref(array, lambda _, cache=_jax_array_values: cache.pop(key, None)), value)
   return value
 
 

@@ -73,6 +73,11 @@ class TinygradBackend(Backend):
   def get(self, buffer):
     return buffer if isinstance(buffer, np.ndarray) else buffer.realize().numpy()
 
+  def wait(self, buffer):
+    from tinygrad import Device
+    if not isinstance(buffer, np.ndarray):
+      Device[self.tg_device].synchronize()
+
   def const(self, c):
     from tinygrad import Tensor
     value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
