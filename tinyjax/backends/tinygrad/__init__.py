@@ -260,8 +260,18 @@ class _Replayed:
     self.broken = not self.computed
 
   def _computed_outputs(self, *inputs) -> tuple:
-    outs = self.run(list(inputs))
-    return tuple(outs[i] for i in self.computed)
+    from tinygrad import Tensor
+    results = self.run(list(inputs))
+    outs = [results[i] for i in self.computed]
+    # NB: an output that is a view of an input (x.reshape(...)) is copied: TinyJit replays kernels only, so a
+    # replay would return the view of the captured run's input
+    inputs_bases = {t.uop.base for t in inputs if isinstance(t, Tensor)}
+    views = [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base in inputs_bases]
+    for i in views:
+      outs[i] = outs[i].clone()
+    if views:
+      Tensor.realize(*(outs[i] for i in views))
+    return tuple(outs)
 
   def __call__(self, inputs):
     from tinygrad import Tensor
