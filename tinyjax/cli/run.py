@@ -183,7 +183,8 @@ def run(
     help="tinygrad device (CPU, CL, METAL, CUDA, ...; CLANG means CPU), or an XLA device with --backend xla. "
          "Sets TINYJAX_DEVICE and DEV.", show_default=False)] = None,
   backend: Annotated[BackendName | None, typer.Option(
-    help="Backend that runs flushed programs. Sets TINYJAX_BACKEND.", show_default=False)] = None,
+    help="Backend that runs flushed programs (auto: each program on the one measured faster). "
+         "Sets TINYJAX_BACKEND.", show_default=False)] = None,
   fallback: Annotated[FallbackPolicy | None, typer.Option(
     help="What happens to an operation tinygrad cannot run: run it on XLA, also warn, or raise. "
          "Sets TINYJAX_FALLBACK.", show_default=False)] = None,

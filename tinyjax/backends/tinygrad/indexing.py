@@ -12,6 +12,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 from jax.lax import GatherScatterMode
 from tinygrad import Tensor, dtypes
+from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad.contraction import _windows
 from tinyjax.backends.tinygrad.table import register, tg_dtype
@@ -79,6 +80,15 @@ def extreme(dtype, largest: bool):
 
 def _empty(aval, device):
   return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=device)
+
+
+def _literal_start(start, high: int) -> int | None:
+  """A start known when the rule runs (a literal), clamped to [0, high] as XLA clamps it; else None.
+
+  NB: shifting by a known offset with shrink and pad also keeps tinygrad's rewriter out of a loop it falls into on a
+  one-hot sum over constant-folded data (dynamic_update_slice of jnp.eye at a literal start)."""
+  base = start.uop.base
+  return min(max(int(base.arg), 0), high) if base.op is Ops.CONST else None
 
 
 def _clamped_start(start, dtype, high: int):
@@ -290,6 +300,13 @@ def _scatter(ctx, operand, indices, updates, *, dimension_numbers, mode, update_
 
 def _shift(bits, axis: int, offset, size: int):
   """out[j] = bits[j - offset] along `axis`, for j < size; zero where j - offset falls outside `bits`."""
+  if isinstance(offset, int):  # a literal start: a static shrink and pad, no one-hot sum
+    low, high = max(offset, 0), min(size, bits.shape[axis] + offset)  # the j that have a source
+    if high <= low:  # nothing overlaps: all zeros
+      low = high = min(low, size)
+    span, padding = [(0, d) for d in bits.shape], [(0, 0)] * bits.ndim
+    span[axis], padding[axis] = (low - offset, high - offset) if high > low else (0, 0), (low, size - high)
+    return bits.shrink(tuple(span)).pad(tuple(padding))
   trailing = [1] * (bits.ndim - axis - 1)
   source = arange(bits.shape[axis], bits.device).reshape(-1, *trailing)
   target = arange(size, bits.device).reshape(size, 1, *trailing)
@@ -305,7 +322,9 @@ def _dynamic_slice(ctx, operand, *starts, slice_sizes):
   bits = to_bits(operand, dtype)
   for axis, (start, size) in enumerate(zip(starts, slice_sizes)):
     if size != operand.shape[axis]:
-      start, _ = _clamped_start(start, ctx.in_avals[1 + axis].dtype, operand.shape[axis] - size)
+      high = operand.shape[axis] - size
+      known = _literal_start(start, high)
+      start = known if known is not None else _clamped_start(start, ctx.in_avals[1 + axis].dtype, high)[0]
       bits = _shift(bits, axis, -start, size)
   return from_bits(bits, dtype)
 
@@ -320,7 +339,8 @@ def _dynamic_update_slice(ctx, operand, update, *starts):
   for axis, start in enumerate(starts):
     size, full = update.shape[axis], operand.shape[axis]
     if size != full:
-      start, _ = _clamped_start(start, ctx.in_avals[2 + axis].dtype, full - size)
+      known = _literal_start(start, full - size)
+      start = known if known is not None else _clamped_start(start, ctx.in_avals[2 + axis].dtype, full - size)[0]
       bits = _shift(bits, axis, start, full)
       positions = arange(full, ctx.device).reshape(full, *[1] * (operand.ndim - axis - 1))
       along = (positions >= start) & (positions < start + size)
