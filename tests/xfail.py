@@ -26,6 +26,11 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("cumprod(reverse, inf meets 0)", "float32"): "XLA multiplies each suffix from its first element; tinygrad scans the "
     "flipped axis, so an overflowed inf can meet a 0 (NaN) where XLA's 0 comes first",
   ("denormals", "float32"): "XLA's CPU backend flushes denormal inputs and results to zero; tinygrad keeps them",
+  ("igamma(a = x = 1e4)", "float32"): "igamma's exp(a log x - x - lgamma(a)) subtracts numbers near 9e4, whose "
+    "float32 ulp (0.008) becomes a relative error of 0.8%: tinygrad's lgamma(1e4) is one ulp from XLA's",
+  ("qr pivoting, downdated norms tie", None): "geqp3 picks the column of largest downdated norm; norms equal in exact "
+    "arithmetic differ by rounding, and LAPACK's rounding (its nrm2, its gemv order) is not reproduced, so such a tie "
+    "can go the other way",
   ("select_and_gather_add ties, padded", None): "which of several equal maxima a padded window picks follows XLA's "
     "CPU reduce_window loop order, which changes with padding and window size; tinygrad walks windows row-major",
 }

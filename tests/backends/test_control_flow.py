@@ -85,6 +85,16 @@ def test_while_collatz_data_dependent_trips(n):
   check_traced(steps, np.int32(n))
 
 
+def test_while_inside_vmap_with_a_batched_predicate():
+  # vmap keeps the predicate batched (one per element): the loop goes on while any holds, and the elements whose
+  # predicate fails keep their carry (typed keys too: random_gamma's rejection loop is such a loop)
+  def steps(n, seed):
+    body = lambda s: (jnp.where(s[0] % 2 == 0, s[0] // 2, 3 * s[0] + 1), s[1] + 1, jax.random.split(s[2])[0])
+    n, count, key = lax.while_loop(lambda s: s[0] != 1, body, (n, jnp.int32(0), jax.random.key(seed)))
+    return count, jax.random.key_data(key)
+  check_traced(jax.vmap(steps), np.array([1, 6, 27, 2], np.int32), np.arange(4, dtype=np.int32))
+
+
 @pytest.mark.parametrize("bounds", ["static", "dynamic"])
 def test_fori_loop(bounds):
   body = lambda i, c: (c[0] * 0.5 + i, c[1] + c[0].sum())
@@ -170,7 +180,7 @@ def test_long_scan_with_a_while_loop_inside():
 
 
 def test_body_without_a_rule_runs_the_whole_loop_on_xla():
-  fn = lambda x: lax.fori_loop(0, 2, lambda i, x: jnp.linalg.qr(x)[1] + x, x)
+  fn = lambda x: lax.fori_loop(0, 2, lambda i, x: jnp.linalg.eigvalsh(x @ x.T) + x, x)  # eigh: XLA only
   with pytest.raises(tinyjax.FallbackError), native():
     wrap(fn)(X[:, :2])
   check_traced(fn, X[:, :2], native_only=False, rtol=1e-5)

@@ -1,6 +1,9 @@
-"""cholesky, triangular_solve, lu and lu_pivots_to_permutation on tinygrad, against JAX on XLA (LAPACK): the
-primitives with every flag, batched, rectangular and singular matrices, non-positive-definite Cholesky inputs, and
-the jnp.linalg / jax.scipy.linalg functions built on them. Floats compare within 1e-4: LAPACK sums in another order.
+"""The linear algebra primitives on tinygrad, against JAX on XLA (LAPACK): cholesky, triangular_solve, lu and
+lu_pivots_to_permutation with every flag, batched, rectangular and singular matrices and non-positive-definite
+Cholesky inputs; the Householder family (qr with and without pivoting, geqrf, householder_product, ormqr, hessenberg)
+on tall, wide, batched, rank-deficient and zero-column matrices and NaN, inf, -0.0, huge and tiny entries;
+cholesky_update and symmetric_product; and the jnp.linalg / jax.scipy.linalg functions built on them. Floats compare
+within 1e-4: LAPACK sums in another order.
 """
 import functools
 
@@ -10,9 +13,11 @@ import jax.scipy.linalg
 import numpy as np
 import pytest
 
+import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.scipy.linalg
-from oracle import check
+from oracle import assert_like_jax, check, check_traced
+from xfail import param
 from tinyjax.core.mirror import wrap
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -137,3 +142,152 @@ def test_jnp_linalg(name, shape):
 def test_scipy_lu_solve(trans):
   a, b = well_conditioned((3, 3)), np.random.default_rng(5).standard_normal((3, 2)).astype(np.float32)
   close(lambda np_, x, y: SCIPY[np_].lu_solve(SCIPY[np_].lu_factor(x), y, trans=trans), a, b)
+
+
+# --- the Householder family: Q and R as LAPACK's geqrf / geqp3 and orgqr give them (their signs too)
+def standard_normal(shape, seed=6):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,mode", [((1, 1), "complete"), ((3, 3), "reduced"), ((5, 3), "reduced"),
+                                        ((5, 3), "complete"), ((3, 5), "complete"), ((3, 5), "r"),
+                                        ((2, 4, 4), "reduced")], ids=str)
+def test_jnp_qr(shape, mode):
+  close(lambda np_, x: np_.linalg.qr(x, mode=mode), standard_normal(shape))
+
+
+# Special matrices, batched by shape (each batch member is factored on its own)
+QR_SPECIAL = {
+  "3x3": [
+    [[0, 1, 2], [0, 3, 4], [0, 5, 6]],  # a zero first column: tau = 0, that reflector is the identity
+    [[1, 2, 0], [0, 0, 0], [0, 0, 1]],  # rank deficient, zero below the diagonal: every tau 0
+  ],
+  "3x2": [
+    [[0, 0], [0, 0], [0, 0]],
+    [[1, 2], [np.nan, 3], [4, 5]],
+    [[1, 2], [np.inf, 3], [4, 5]],
+    [[1, np.inf], [2, 3], [4, 5]],
+    # LAPACK's reflector skips the rows after its vector's last nonzero entry: the inf is not multiplied by 0
+    [[1, 1], [1, 1], [0, np.inf]],
+  ],
+  "2x2": [
+    [[-0.0, 1], [3, 3]],  # beta = -sign(-0.0) * 3 = +3
+    [[0.0, 1], [3, 3]],
+    [[1e20, 2], [3e20, 3]],  # squares overflow float32: the norms are scaled
+    [[1e-20, 2e-20], [3e-20, 3e-20]],  # squares underflow float32
+    # ... and the columns after the last one nonzero in its rows: the zero column stays zero next to the NaN
+    [[1, 0], [np.nan, 0]],
+  ],
+}
+
+
+@pytest.mark.parametrize("shape", QR_SPECIAL)
+def test_qr_special_matrices(shape):
+  close(lambda np_, x: np_.linalg.qr(x, mode="complete"), np.array(QR_SPECIAL[shape], np.float32))
+
+
+def test_qr_rank_deficient():
+  """After the first reflector the trailing columns are rounding noise, so Q's later columns are too (LAPACK's as
+  ours): R, whose trailing rows are that noise, is what is defined."""
+  close(lambda np_, x: np_.linalg.qr(x, mode="r"), np.array([[1, 2, 3], [2, 4, 6], [3, 6, 9]], np.float32))
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (2, 0, 0)], ids=str)
+def test_qr_empty(shape):
+  close(lambda np_, x: np_.linalg.qr(x, mode="complete"), np.zeros(shape, np.float32))
+
+
+@pytest.mark.parametrize("shape,mode", [((1, 1), "full"), ((3, 3), "full"), ((5, 3), "economic"),
+                                        ((3, 5), "full"), ((2, 4, 4), "r")], ids=str)
+def test_scipy_qr_pivoting(shape, mode):
+  close(lambda np_, x: SCIPY[np_].qr(x, mode=mode, pivoting=True), standard_normal(shape))
+
+
+@pytest.mark.parametrize("a", [
+  param(np.eye(3), name="qr pivoting", id="equal norms"),  # ties go to the first column, and stay exact ties
+  param([[0, 1, 2], [0, 3, 4], [0, 5, 6]], name="qr pivoting", id="zero column"),
+  param([[1, 2, 0], [0, 0, 0], [0, 0, 1]], name="qr pivoting", id="rank deficient"),
+  param([[1, 2], [np.nan, 3], [4, 5]], name="qr pivoting", id="NaN"),  # a NaN norm first is kept, as idamax does
+  param([[1, 2], [3, np.nan], [4, 5]], name="qr pivoting", id="NaN later"),
+  param([[1, 2], [np.inf, 3], [4, 5]], name="qr pivoting", id="inf"),
+  # every column's norm is 3; after the first step two downdated norms are equal in exact arithmetic
+  param([[1, 2, 2, 0], [2, 0, 1, 2], [2, 1, 0, 2], [0, 2, 2, 1]], name="qr pivoting, downdated norms tie",
+        id="downdated tie"),
+])
+def test_scipy_qr_pivoting_special(a):
+  close(lambda np_, x: SCIPY[np_].qr(x, pivoting=True), np.array(a, np.float32))
+
+
+def test_qr_raw():
+  """mode="raw" is the geqrf primitive: the reflectors below R's diagonal and the taus."""
+  close(lambda np_, x: np_.linalg.qr(x, mode="raw"), standard_normal((2, 5, 3)))
+
+
+def test_householder_product():
+  """Any taus, fewer than the columns: the later columns start as the identity's."""
+  close(lambda np_, x, t: lax_linalg(np_, "householder_product")(x, t), standard_normal((2, 5, 3)),
+        standard_normal((2, 2), seed=7))
+
+
+@pytest.mark.parametrize("left,transpose", [(True, False), (True, True), (False, False), (False, True)])
+def test_ormqr(left, transpose):
+  def ormqr(np_, x, c):
+    reflectors, taus = np_.linalg.qr(x, mode="raw")
+    return lax_linalg(np_, "ormqr", left=left, transpose=transpose)(np_.swapaxes(reflectors, -1, -2), taus, c)
+  close(ormqr, standard_normal((2, 5, 3)), standard_normal((2, 5, 4) if left else (2, 4, 5), seed=7))
+
+
+@pytest.mark.parametrize("mode", ["left", "right"])
+def test_scipy_qr_multiply(mode):
+  close(lambda np_, x, c: SCIPY[np_].qr_multiply(x, c, mode=mode), standard_normal((5, 3)),
+        standard_normal((3, 2) if mode == "left" else (2, 5), seed=7))
+
+
+def test_qr_gradient():
+  """JAX's derivative of qr: qr itself, triangular_solve and matmuls, traced whole."""
+  weights = np.arange(12, dtype=np.float32).reshape(4, 3)
+  loss = lambda x: (jnp.linalg.qr(x)[0] * weights).sum() + jnp.linalg.qr(x)[1].sum()
+  check_traced(jax.grad(loss), standard_normal((4, 3)), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("a", [param(well_conditioned((4, 4)), name="jax.scipy.linalg.polar", id="4x4")])
+def test_scipy_polar(a):
+  """QDWH: qr in a loop, of the matrix stacked on the identity with dynamic_update_slice."""
+  close(lambda np_, x: SCIPY[np_].polar(x), a)
+
+
+def test_qr_in_jit_replays():
+  """A program that TinyJit captures and replays: each step's index is a buffer of the capture, the same every run."""
+  qr = tinyjax.jit(tnp.linalg.qr)
+  for seed in range(3):
+    x = standard_normal((6, 2), seed)
+    assert_like_jax(qr(x), jnp.linalg.qr(x), RTOL, ATOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (2, 5, 5)], ids=str)
+def test_hessenberg(shape):
+  close(lambda np_, x: lax_linalg(np_, "hessenberg")(x), standard_normal(shape))
+
+
+@pytest.mark.parametrize("name", ["zero first column", "NaN", "inf below the diagonal"])
+def test_hessenberg_special(name):
+  a = {"zero first column": [[1, 2, 3], [0, 5, 6], [0, 8, 9]], "NaN": [[1, 2, 3], [4, 5, 6], [np.nan, 8, 9]],
+       "inf below the diagonal": [[1, 2, 3], [4, np.inf, 6], [0, 8, 9]]}[name]
+  close(lambda np_, x: lax_linalg(np_, "hessenberg")(x), np.array(a, np.float32))
+
+
+def test_scipy_hessenberg():
+  close(lambda np_, x: SCIPY[np_].hessenberg(x, calc_q=True), standard_normal((5, 5)))
+
+
+# --- rank-1 Cholesky update and the symmetric product (JAX's own formulas on CPU)
+@pytest.mark.parametrize("w", [[-0.5, -0.3, 0.4, 1.0], [0, 1, 0, 2], [1, np.nan, 0, 0]],
+                         ids=["dense", "zeros: no rotation", "NaN"])
+def test_cholesky_update(w):
+  r = np.linalg.cholesky(positive_definite((4, 4))).T.astype(np.float32)
+  close(lambda np_, x, y: lax_linalg(np_, "cholesky_update")(x, y), r, np.array(w, np.float32))
+
+
+def test_symmetric_product():
+  close(lambda np_, a, c: lax_linalg(np_, "symmetric_product", alpha=0.5, beta=2.0)(a, c), standard_normal((2, 3, 5)),
+        standard_normal((2, 3, 3), seed=7))

@@ -13,8 +13,9 @@ import numpy as np
 from tinyjax.backends import float64, mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting)
-from tinyjax.backends.tinygrad.table import KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype, uses_host_sync
+  contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting, special)
+from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype,
+                                             uses_host_sync)
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax.core import keys
@@ -93,8 +94,12 @@ class TinygradBackend(Backend):
     if not all(self.supports_dtype(a.dtype) or (takes_keys and keys.is_threefry(a.dtype))
                for a in eqn.in_avals + eqn.out_avals):
       return False
-    # a control-flow rule runs its sub-jaxprs here: unless they are wholly native, XLA runs the whole primitive
-    return all(self.supports(e) for sub in _closed_jaxprs_in(eqn.params) for e in _program_of(sub).eqns)
+    # a control-flow rule runs its sub-jaxprs here, an expanded primitive its expansion: unless they are wholly
+    # native, XLA runs the whole primitive
+    subs = _closed_jaxprs_in(eqn.params)
+    if eqn.name in EXPANSIONS:
+      subs.append(EXPANSIONS[eqn.name](eqn.in_avals, **eqn.params))
+    return all(self.supports(e) for sub in subs for e in _program_of(sub).eqns)
 
   @functools.cache
   def supports_dtype(self, dtype) -> bool:

@@ -92,11 +92,20 @@ def _cond(ctx, index, *operands, branches, branches_platforms=None):
 
 
 def _while_step(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, *operands):
-  """One iteration: the new carry and whether to go on."""
+  """One iteration: the new carry and whether to go on.
+
+  A batched predicate (a vmapped loop) comes last among the operands: the elements where it fails keep their carry,
+  as in JAX's lowering of such loops (the loop goes on while any element's predicate holds).
+  """
   cond_consts, body_consts, carry = operands[:n_cond], operands[n_cond:n_cond + n_body], operands[n_cond + n_body:]
-  carry = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
-  (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *carry)
-  return _distinct_buffers(backend.tg_device, [*carry, go], taken=operands)
+  batched = len(carry) > len(body_jaxpr.out_avals)
+  carry, running = (carry[:-1], carry[-1]) if batched else (carry, None)
+  stepped = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
+  if batched:  # the predicate's shape leads each carry's (typed keys have their raw data's trailing dimension)
+    stepped = [running.reshape(running.shape + (1,) * (new.ndim - running.ndim)).where(new, old)
+               for new, old in zip(stepped, carry)]
+  (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *stepped)
+  return _distinct_buffers(backend.tg_device, [*stepped, go], taken=operands)
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,15 +117,20 @@ def _while_jit(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, in_avals):
 def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   # NB: the trip count depends on the data: the predicate is read on the host each iteration (host_sync)
   consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
+  # the operands are realized once: each step's graph is then the same (tinygrad's schedule cache serves it), and
+  # lazy constants are not computed again every iteration
+  consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
   (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
+  batched = go.ndim > 0  # a vmapped loop: the step takes the predicate too
+  if batched:
+    (go,) = _distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
   step = functools.partial(_while_step, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts)
   jitted = not _capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
   if jitted:
     step = functools.partial(_replay, _while_jit(ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
                                                  ctx.in_avals))
-    consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
-  while go.item():
-    *carry, go = step(*consts, *carry)
+  while (go.any() if batched else go).item():
+    *carry, go = step(*consts, *carry, *([go] if batched else []))
   # NB: TinyJit reuses its output buffers on every replay: the result is copied out of them
   return _distinct_buffers(ctx.device, carry, taken=carry) if jitted else carry
 

@@ -27,6 +27,15 @@ def bits(x):
   return x.bitcast(UINT[x.dtype.itemsize])
 
 
+def typed(u, value):
+  """`value` as a constant of the unsigned integer tensor u's dtype, for a bit mask.
+
+  NB: tinygrad folds `0 & c`, `0 ^ c` on a constant zero to the weakly typed constant c, which its C renderer bitcasts
+  back to a float as an int of the wrong width (a compile error): masks on bits that may be constants are typed.
+  """
+  return u.const_like(value)
+
+
 def sign_bit(x):
   return bits(x) >= 1 << (width(x) - 1)
 
@@ -34,15 +43,21 @@ def sign_bit(x):
 def with_sign(magnitude, sign):
   """|magnitude| with the sign bit of `sign` (exact for zeros, infinities and NaN)."""
   top = 1 << (width(magnitude) - 1)
-  return ((bits(magnitude) & (top - 1)) | (bits(sign) & top)).bitcast(magnitude.dtype)
+  m, s = bits(magnitude), bits(sign)
+  return ((m & typed(m, top - 1)) | (s & typed(s, top))).bitcast(magnitude.dtype)
 
 
 def fabs(x):
-  return (bits(x) & ((1 << (width(x) - 1)) - 1)).bitcast(x.dtype)
+  b = bits(x)
+  return (b & typed(b, (1 << (width(x) - 1)) - 1)).bitcast(x.dtype)
 
 
 def isnan(x):
-  return x != x
+  """NB: not x != x: tinygrad's constants compare by their bits, so it folds NaN != NaN to False (in
+  isnan(where(c, NaN, y)), as in asin's result); the magnitude's bits are above those of inf exactly for NaN."""
+  b = bits(x)
+  exponent, mantissa = dtypes.finfo(x.dtype)
+  return (b & typed(b, (1 << (width(x) - 1)) - 1)) > typed(b, ((1 << exponent) - 1) << mantissa)
 
 
 def div(x, y):
@@ -81,7 +96,8 @@ def narrow(x, dtype):
   """
   if dtype != dtypes.float16 or x.dtype == dtype:
     return x.cast(dtype)
-  return -((x.cast(dtype).bitcast(dtypes.uint16) ^ 0x8000).bitcast(dtype))
+  b = bits(x.cast(dtype))
+  return -((b ^ typed(b, 0x8000)).bitcast(dtype))
 
 
 def in_f64(fn):
@@ -121,7 +137,9 @@ def _sin_cos(x, wide: bool):
     return sin, cos
   rest, sum_sin, sum_cos = x, None, None
   for last in (False, False, True):
-    part = rest if last else (bits(rest) & (((1 << 64) - 1) ^ ((1 << 29) - 1))).bitcast(F64)  # the top 24 bits
+    rest_bits = bits(rest)
+    top_24 = typed(rest_bits, ((1 << 64) - 1) ^ ((1 << 29) - 1))
+    part = rest if last else (rest_bits & top_24).bitcast(F64)  # the top 24 bits
     rest = rest - part
     s, c = _sin_cos(part, False)
     sum_sin, sum_cos = (s, c) if sum_sin is None else (sum_sin * c + sum_cos * s, sum_cos * c - sum_sin * s)
@@ -201,7 +219,8 @@ def fmod(x, y):
   for _ in range(steps):
     exponent_gap = (bits(r) >> 52).cast(dtypes.int32) - (bits(b) >> 52).cast(dtypes.int32)
     scaled = (bits(b) + ((exponent_gap - 25).maximum(0).cast(dtypes.uint64) << 52)).bitcast(F64)
-    high = (bits(scaled) & (((1 << 64) - 1) ^ ((1 << 26) - 1))).bitcast(F64)  # its top 27 bits
+    scaled_bits = bits(scaled)
+    high = (scaled_bits & typed(scaled_bits, ((1 << 64) - 1) ^ ((1 << 26) - 1))).bitcast(F64)  # its top 27 bits
     quotient = div(r, scaled).trunc()  # below 2^26, so both products below are exact
     r = (r - quotient * high) - quotient * (scaled - high)
     r = (r < 0).where(r + scaled, r)  # the rounded quotient was one too large

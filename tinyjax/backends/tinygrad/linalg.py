@@ -1,18 +1,28 @@
-"""Linear algebra: cholesky, triangular_solve, lu and lu_pivots_to_permutation, as XLA's CPU backend computes them
-(with LAPACK's potrf, trsm and getrf).
+"""Linear algebra as XLA's CPU backend computes it: cholesky, triangular_solve, lu and lu_pivots_to_permutation
+(LAPACK's potrf, trsm and getrf); the Householder family: qr (geqrf, or geqp3 with pivoting, then orgqr, as JAX's
+lowering builds it), geqrf, householder_product (orgqr), ormqr and hessenberg (gehrd); and cholesky_update and
+symmetric_product (JAX's own formulas on CPU).
 
 Each rule is a Python loop over the (static) matrix size that builds lazy tinygrad ops on whole rows and columns,
 with masks where LAPACK indexes single elements: n steps of O(n^2) work each, fine for the small matrices (n <= 64)
-programs run these on. Batch dimensions lead, as in the primitives.
+programs run these on. Batch dimensions lead, as in the primitives. The Householder rules and cholesky_update take
+each step's index as data (`_step`), so that their steps share compiled kernels.
+The Householder rules follow LAPACK's unblocked routines, which it runs for these sizes, down to their scalar rules:
+the reflectors' signs (so Q and R agree with LAPACK's, not only up to sign), tau = 0 for a column already zero,
+-0.0 taken as negative, and which rows and columns a reflector leaves alone (so NaN and inf spread as in LAPACK).
 NB: LAPACK blocks its loops and so sums in another order: float32 results differ from XLA's by rounding, within
-~1e-4 relative for well-conditioned matrices.
+~1e-4 relative for well-conditioned matrices. Q is unique only for matrices of full column rank: for a
+rank-deficient one, the columns after the rank follow rounding noise (LAPACK's and ours alike) unless the
+elimination cancels exactly.
 """
 import math
 
 import numpy as np
 
 from tinygrad import Tensor, dtypes
+from tinygrad.dtype import _to_np_dtype
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.table import register
 
@@ -106,3 +116,245 @@ def _lu(ctx, a):
 def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
   *batch, count = pivots.shape
   return _permutation([pivots[..., i:i + 1] for i in range(count)], permutation_size, tuple(batch), pivots.device)
+
+
+def _norm(x, axis: int):
+  """The Euclidean norm along `axis` (kept), scaled by the largest |entry| so that, as in LAPACK's nrm2, neither huge
+  entries overflow nor tiny ones underflow. An infinite entry gives inf, or NaN with a NaN among the entries (what
+  the sum of |entries| gives)."""
+  size = fm.fabs(x)
+  scale = size.max(axis, keepdim=True)  # NB: tinygrad's max skips NaN; the NaN still reaches the sum below
+  infinite = scale == math.inf
+  divisor = ((scale == 0) | infinite).where(1, scale)
+  # NB: fm.div: tinygrad rewrites (x * (1 / scale))^2 into x^2 * (1 / scale)^2, which overflows again
+  scaled = fm.div(x, divisor)
+  return infinite.where(size.sum(axis, keepdim=True), scale * (scaled * scaled).sum(axis, keepdim=True).sqrt())
+
+
+def _hypot(x, y):
+  """sqrt(x^2 + y^2) as LAPACK's lapy2: NaN if either is, the larger |value| when the smaller is 0 or it is inf."""
+  x_size, y_size = fm.fabs(x), fm.fabs(y)
+  larger, smaller = x_size.maximum(y_size), x_size.minimum(y_size)
+  exact = (smaller == 0) | (larger == math.inf)
+  result = exact.where(larger, larger * (1 + fm.div(smaller, exact.where(1, larger)).square()).sqrt())
+  return (fm.isnan(x) | fm.isnan(y)).where(math.nan, result)
+
+
+def _step(j: int, device):
+  """Step j's index as a (1, 1) Tensor holding it as data: a Python int would be a constant in each kernel's code, so
+  every step of a loop would compile kernels of its own; with the index as data, the steps' kernels are the same
+  programs and compile once."""
+  return Tensor([[j]], dtype=dtypes.int32, device=device)
+
+
+def _at(mask, x, axis: int):
+  """The entry of x where `mask` holds along `axis` (the axis kept, with size 1), moved bit for bit (-0.0 too)."""
+  return pick(mask, x, axis, _to_np_dtype(x.dtype)).unsqueeze(axis)
+
+
+def _reflect(a, v, tau, rows, cols, j, first_col):
+  """`a` with the Householder reflector I - tau v v^T applied from the left to its columns from `first_col` on, as
+  LAPACK's larf: v is nonzero only from row j on; nothing changes when tau is 0, nor in the rows after v's last nonzero
+  entry, nor in the columns after the last one with a nonzero entry in those rows (so an inf or NaN there is not
+  multiplied by a zero into NaN)."""
+  from_j, columns = rows >= j, cols >= first_col
+  last_row = (from_j & (v != 0)).where(rows, j).max(-2, keepdim=True)
+  in_v = from_j & (rows <= last_row)
+  v = in_v.where(v, 0)
+  last_col = (columns & (in_v & (a != 0)).max(-2, keepdim=True)).where(cols, -1).max(-1, keepdim=True)
+  w = in_v.where(v * a, 0).sum(-2, keepdim=True)
+  touched = in_v & columns & (cols <= last_col) & (tau != 0)
+  return touched.where(a - (tau * v) * w, a)
+
+
+def _reflector(packed, i, rows, cols):
+  """Reflector i's vector v from below the diagonal of `packed` (v[i] = 1, zero above), shaped batch + (m, 1)."""
+  return (rows == i).where(1, (rows > i).where(_at(cols == i, packed, -1), 0))
+
+
+def _tau(taus, i):
+  """taus[..., i] shaped batch + (1, 1)."""
+  return _at(arange(taus.shape[-1], taus.device) == i, taus.unsqueeze(-2), -1)
+
+
+def _householder_vector(column, top, rows):
+  """LAPACK's larfg on column[top:] (shaped batch + (m, 1)): the reflector I - tau v v^T that maps it onto beta e_top,
+  with beta = -sign(alpha) |column[top:]| (alpha = column[top], -0.0 counting as negative). Returns v (v[top] = 1,
+  meaningful from row top on), tau (shaped batch + (1, 1)) and the column as larfg leaves it: beta at top, v below
+  (the reflector's storage), the rows above unchanged. A column already zero below top gets tau = 0 and stays."""
+  at_top, below = rows == top, rows > top
+  alpha = _at(at_top, column, -2)
+  x = below.where(column, 0)
+  x_norm = _norm(x, -2)
+  reflects = x_norm != 0  # NB: true for NaN, which then spreads as in LAPACK
+  beta = -fm.with_sign(_hypot(alpha, x_norm), alpha)
+  tau = reflects.where(fm.div(beta - alpha, beta), 0)
+  v = x * (1 / (alpha - beta))  # LAPACK scales by the reciprocal too
+  return at_top.where(1, v), tau, at_top.where(reflects.where(beta, alpha), (below & reflects).where(v, column))
+
+
+def _householder_step(a, j, rows, cols):
+  """Step j of LAPACK's geqr2 (and laqp2): reflector j reduces column j below the diagonal and is applied to the
+  columns after it. Returns the new `a` and tau."""
+  at_col = cols == j
+  v, tau, column = _householder_vector(_at(at_col, a, -1), j, rows)
+  return at_col.where(column, _reflect(a, v, tau, rows, cols, j, j + 1)), tau
+
+
+def _taus(taus: list, batch: tuple, like):
+  """The taus of each step (shaped batch + (1, 1)) as one Tensor shaped batch + (steps,)."""
+  if not taus:
+    return Tensor.zeros(*batch, 0, dtype=like.dtype, device=like.device)
+  return Tensor.cat(*[tau.reshape(*batch, 1) for tau in taus], dim=-1)
+
+
+def _geqrf(a):
+  """Householder QR as LAPACK's geqr2 (geqrf's unblocked code, which it runs below 128 columns): R on and above the
+  diagonal, the reflectors' vectors below it, and the taus (shaped batch + (min(m, n),))."""
+  *batch, m, n = a.shape
+  rows, cols = _index_grid(m, n, a.device)
+  taus = []
+  for j in range(min(m, n)):
+    a, tau = _householder_step(a, _step(j, a.device), rows, cols)
+    taus.append(tau)
+  return a, _taus(taus, tuple(batch), a)
+
+
+def _geqp3(a):
+  """QR with column pivoting as LAPACK's geqp3 (its unblocked laqp2, run below 128 columns): before step i the
+  column from i on of largest remaining norm (the first of equal ones) is swapped into place. The remaining norms are
+  downdated after each step and recomputed when cancellation makes the downdate inaccurate (LAWN 176). Returns
+  geqrf's two results and the permutation (int32, 0-based).
+  NB: norms that a downdate leaves equal in exact arithmetic are told apart by rounding, LAPACK's own (its nrm2, its
+  gemv's order) there, so such a tie may go the other way (tests/xfail.py)."""
+  *batch, m, n = a.shape
+  rows, cols = _index_grid(m, n, a.device)
+  norms = _norm(a, -2)  # LAPACK's vn1, downdated
+  exact_norms = norms  # LAPACK's vn2: each norm as last computed
+  order = cols.expand(*batch, 1, n)
+  # laqp2 recomputes a downdated norm below this: sqrt of LAPACK's machine epsilon (half an ulp of 1)
+  recompute_below = math.sqrt(float(np.finfo(_to_np_dtype(a.dtype)).eps) / 2)
+  taus = []
+  for step in range(min(m, n)):
+    i = _step(step, a.device)
+    at_i, remaining = cols == i, cols >= i
+    largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
+    pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
+    # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
+    pivot = ((pivot == n) | fm.isnan(_at(at_i, norms, -1))).where(i, pivot)
+    at_pivot = cols == pivot
+    a, order, norms, exact_norms = [at_i.where(_at(at_pivot, x, -1), at_pivot.where(_at(at_i, x, -1), x))
+                                    for x in (a, order, norms, exact_norms)]
+    a, tau = _householder_step(a, i, rows, cols)
+    taus.append(tau)
+    fraction = (1 - fm.div(fm.fabs(_at(rows == i, a, -2)), norms).square()).maximum(0)
+    inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
+    recomputed = _norm((rows > i).where(a, 0), -2)
+    downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
+    update = (cols > i) & (norms != 0)
+    norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
+  return a, _taus(taus, tuple(batch), a), order.reshape(*batch, n)
+
+
+def _orgqr(a, taus):
+  """The m x n matrix with orthonormal columns Q = H_0 H_1 ... H_{k-1} of the k reflectors stored below the diagonal of
+  a's first k columns (with taus shaped batch + (k,)), as LAPACK's org2r: the reflectors are applied last to first
+  to the identity's columns; a's entries on and above the diagonal are not read."""
+  *batch, m, n = a.shape
+  k = taus.shape[-1]
+  rows, cols = _index_grid(m, n, a.device)
+  q = (cols >= k).where((rows == cols).cast(a.dtype), a)
+  for step in reversed(range(k)):
+    i = _step(step, a.device)
+    tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
+    q = _reflect(q, v, tau, rows, cols, i, i + 1)
+    q = (cols == i).where((rows > i).where(-tau * v, (rows == i).where(1 - tau, 0)), q)
+  return q
+
+
+@register("householder_product")
+def _householder_product(ctx, a, taus):
+  return _orgqr(a, taus)
+
+
+@register("ormqr")
+def _ormqr(ctx, a, taus, c, *, left, transpose):
+  """Q c, Q^T c, c Q or c Q^T with Q = H_0 H_1 ... H_{k-1}, as LAPACK's orm2r: the reflectors are applied to c one
+  by one, first to last for Q^T c (and c Q, computed as (Q^T c^T)^T), last to first for Q c."""
+  c = c if left else c.transpose(-1, -2)
+  rows, cols = _index_grid(*c.shape[-2:], c.device)
+  reflector_cols = arange(a.shape[-1], a.device).unsqueeze(-2)
+  k = taus.shape[-1]
+  for step in (range(k) if transpose == left else reversed(range(k))):
+    i = _step(step, c.device)
+    c = _reflect(c, _reflector(a, i, rows, reflector_cols), _tau(taus, i), rows, cols, i, 0)
+  return c if left else c.transpose(-1, -2)
+
+
+@register("geqrf")
+def _geqrf_rule(ctx, a):
+  return list(_geqrf(a))
+
+
+@register("hessenberg")
+def _hessenberg(ctx, a):
+  """Reduction to upper Hessenberg form as LAPACK's gehd2 (gehrd's unblocked code, which it runs up to 128 rows):
+  reflector j reduces column j below the subdiagonal and is applied from the right to the columns after j, then
+  from the left to the rows and columns after j. Returns the reduced matrix with the reflectors below its
+  subdiagonal, and the n - 1 taus."""
+  *batch, n, _ = a.shape
+  rows, cols = _index_grid(n, n, a.device)
+  taus = []
+  for step in range(n - 1):
+    j = _step(step, a.device)
+    below_j = j + 1
+    at_col = cols == j
+    v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
+    a = _reflect(a.transpose(-1, -2), v, tau, rows, cols, below_j, 0).transpose(-1, -2)
+    a = at_col.where(column, _reflect(a, v, tau, rows, cols, below_j, below_j))
+    taus.append(tau)
+  return [a, _taus(taus, tuple(batch), a)]
+
+
+@register("qr")
+def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
+  """Q and R (and the column permutation, with pivoting) as JAX's lowering builds them from geqrf (or geqp3) and orgqr
+  (householder_product)."""
+  *batch, m, n = a.shape
+  packed, taus, *permutation = _geqp3(a) if pivoting else _geqrf(a)
+  if m < n:
+    q = _orgqr(packed[..., :, :m], taus)
+  elif full_matrices:
+    q = _orgqr(packed.pad(((0, 0),) * len(batch) + ((0, 0), (0, m - n))), taus)
+  else:
+    q = _orgqr(packed, taus)
+    packed = packed[..., :n, :]
+  rows, cols = _index_grid(*packed.shape[-2:], a.device)
+  return [q, (rows <= cols).where(packed, 0), *permutation]
+
+
+@register("cholesky_update")
+def _cholesky_update(ctx, r, w):
+  """The Cholesky factor of R^T R + w w^T by Givens rotations of row k of R against w, k = 0, 1, ..., with the
+  formulas of JAX's lowering (XLA runs JAX's own code for it on CPU)."""
+  n = r.shape[-1]
+  rows, cols = _index_grid(n, n, r.device)
+  w = w.unsqueeze(-2)
+  for step in range(n):
+    k = _step(step, r.device)
+    row = _at(rows == k, r, -2)
+    x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
+    larger = (fm.fabs(x) > fm.fabs(y)).where(fm.fabs(x), fm.fabs(y))
+    x, y = fm.div(x, larger), fm.div(y, larger)
+    reciprocal = fm.div(1, (x * x + y * y).sqrt())
+    rotates = y != 0
+    c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
+    r = (rows == k).where(c * row - s * w, r)
+    w = c * w + s * row
+  return r
+
+
+@register("symmetric_product")
+def _symmetric_product(ctx, a, c, *, alpha, beta):
+  """alpha a a^T + beta c, as JAX's lowering computes it on CPU."""
+  return alpha * (a @ a.transpose(-1, -2)) + beta * c

@@ -13,6 +13,9 @@ RULES: dict[str, Callable] = {}
 HOST_SYNC: dict[str, Callable[..., bool]] = {}
 KEY_RULES: set[str] = set()  # rules that take typed threefry keys (`key<fry>`), as their raw uint32 data
 KEY_LAYOUTS: dict[str, Callable] = {}  # layout rules that run on a key array's raw data: name -> params for it
+# Rules that run a jaxpr of their own (an expansion of the primitive, traced for the equation's avals): name ->
+# expansion(in_avals, **params), the ClosedJaxpr, so that the backend claims the primitive only if that runs here.
+EXPANSIONS: dict[str, Callable] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,9 +30,11 @@ class RuleContext:
     return self.out_avals[0]
 
 
-def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: bool = False):
+def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: bool = False,
+             expansion: Callable | None = None):
   """Decorator: `rule` implements the primitives `names` on tinygrad. `host_sync`: True, or a predicate of the
-  equation's params (`host_sync(**params)`); `keys`: the rule also takes typed threefry keys."""
+  equation's params (`host_sync(**params)`); `keys`: the rule also takes typed threefry keys; `expansion`: the rule
+  runs the jaxpr `expansion(in_avals, **params)`."""
   def decorate(rule):
     for name in names:
       assert name not in RULES, f"two tinygrad rules for {name}"
@@ -38,6 +43,8 @@ def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: b
         HOST_SYNC[name] = host_sync if callable(host_sync) else lambda **params: True
       if keys:
         KEY_RULES.add(name)
+      if expansion:
+        EXPANSIONS[name] = expansion
     return rule
   return decorate
 
