@@ -95,6 +95,10 @@ def _pad(ctx, x, padding_value, *, padding_config):
   # XLA's order: interior padding first, then low/high edges, where a negative edge crops (tinygrad's pad does too).
   # The padding value is an operand, not a constant: pad with zeros and select it in through a mask of x's cells.
   inside = Tensor.full(x.shape, True, buffer=False)
+  if any(interior for _, _, interior in padding_config):
+    # NB: x is computed into a buffer of its own first: else tinygrad fuses its producer (a convolution, in the
+    # gradient of avg_pool after conv) into the dilated index space, computing it at every cell, zeros included
+    x = x.contiguous()
   for axis, (_, _, interior) in enumerate(padding_config):
     if interior:
       x, inside = _dilate(x, axis, interior), _dilate(inside, axis, interior)
