@@ -51,6 +51,16 @@ def median_time(fn, repeats, warmup=2) -> float:
   return statistics.median(times)
 
 
+def timed_steps(step, params, optimizer, data, repeats) -> float:
+  """The median time of `step(params, opt_state, *data) -> (params, opt_state, loss)`, training as it goes."""
+  state = [params, optimizer.init(params)]
+
+  def run():
+    state[0], state[1], loss = step(state[0], state[1], *data)
+    loss.block_until_ready()
+  return median_time(run, repeats)
+
+
 def row(figure, times, *ratios):
   """Record a figure; each ratio is (numerator, denominator, target such as "<= 1.05")."""
   judged = []
@@ -138,20 +148,13 @@ def bench_cnn(batch, repeats):
     updates, opt_state = optimizer.update(grads, opt_state)
     return optax.apply_updates(params, updates), opt_state, value
 
-  def timed_steps(jit, data):
-    step, state = jit(train_step), [params, optimizer.init(params)]
-
-    def run():
-      state[0], state[1], value = step(state[0], state[1], *data)
-      value.block_until_ready()
-    return median_time(run, repeats)
   hand_step = tinygrad_train_step(*tinygrad_cnn(params))
   tg_labels = Tensor(labels).realize()
-  times = {"jax.jit": timed_steps(jax.jit, (images, labels)),
+  times = {"jax.jit": timed_steps(jax.jit(train_step), params, optimizer, (images, labels), repeats),
            "tinygrad": median_time(lambda: hand_step(tg_images, tg_labels).numpy(), repeats)}
   for name, backend in TINYJAX:
     with on_backend(backend):
-      times[name] = timed_steps(tinyjax.jit, (t_images, tnp.asarray(labels)))
+      times[name] = timed_steps(tinyjax.jit(train_step), params, optimizer, (t_images, tnp.asarray(labels)), repeats)
   row(f"CNN train step, batch {batch}", times, ("tinyjax.jit", "tinygrad", "<= 1.05"),
       ("tinyjax auto", "jax.jit", "<= 1.1"))
 
@@ -171,17 +174,10 @@ def bench_mlp(repeats):
     updates, opt_state = optimizer.update(grads, opt_state)
     return optax.apply_updates(params, updates), opt_state, value
 
-  def timed_steps(jit, data):
-    step, state = jit(train_step), [params, optimizer.init(params)]
-
-    def run():
-      state[0], state[1], value = step(state[0], state[1], *data)
-      value.block_until_ready()
-    return median_time(run, repeats)
-  times = {"jax.jit": timed_steps(jax.jit, (x, y))}
+  times = {"jax.jit": timed_steps(jax.jit(train_step), params, optimizer, (x, y), repeats)}
   for name, backend in TINYJAX:
     with on_backend(backend):
-      times[name] = timed_steps(tinyjax.jit, (tnp.asarray(x), tnp.asarray(y)))
+      times[name] = timed_steps(tinyjax.jit(train_step), params, optimizer, (tnp.asarray(x), tnp.asarray(y)), repeats)
   row("MLP train step (512x64 -> 256 -> 256 -> 1)", times, ("tinyjax auto", "jax.jit", "<= 1.1"))
 
 
