@@ -4,6 +4,7 @@ dropped and memory stays flat, that programs are cached by structure, and that a
 Flushes, compiles and primitive counts are read from tinyjax.report(); values are compared with JAX.
 """
 import gc
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -122,31 +123,79 @@ def test_values_no_array_refers_to_are_dropped():
   assert counting("cos") == cosines + 1
 
 
-def _live(cls):
-  gc.collect()
-  return sum(isinstance(o, cls) for o in gc.get_objects())
-
-
-def test_long_eager_loop_keeps_memory_flat(monkeypatch):
-  """10_000 eager operations: pending calls, Values and tinygrad buffers do not accumulate."""
+def memory_in_use() -> dict:
+  """What a long loop must not accumulate: live buffered calls and Values, tinygrad's device bytes, and the Python
+  heap's bytes (0 unless tracemalloc runs)."""
   from tinygrad.helpers import GlobalCounters
-  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "50")  # NB: small programs: tinygrad compiles a long chain slowly
+  gc.collect()
+  objects = gc.get_objects()
+  return {"nodes": sum(isinstance(o, buffer.Node) for o in objects),
+          "values": sum(isinstance(o, buffer.Value) for o in objects),
+          "device bytes": GlobalCounters.mem_used, "python bytes": tracemalloc.get_traced_memory()[0]}
+
+
+def assert_flat(before: dict, after: dict, **slack):
+  grown = {name: (before[name], after[name]) for name in before if after[name] > before[name] + slack.get(name, 0)}
+  assert not grown, f"grew (before, after): {grown}"
+
+
+def test_long_eager_loop_keeps_memory_flat_and_the_buffer_bounded(monkeypatch):
+  """100_000 eager operations: never more than TINYJAX_BUFFER_LIMIT pending equations, and pending calls, Values and
+  tinygrad buffers do not accumulate."""
+  # NB: short programs: with the default limit (2000) this chain fuses into one kernel nested too deeply for clang,
+  # which tinyjax then runs on XLA (a RuntimeWarning)
+  limit = 50
+  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", str(limit))
   x = tnp.asarray(np.ones(64, np.float32))
   scale, shift = tnp.asarray(np.full(64, 0.5, np.float32)), tnp.asarray(np.full(64, 0.25, np.float32))
+  most_equations = most_arrays = 0
 
   def steps(n):
-    nonlocal x
+    nonlocal x, most_equations, most_arrays
     for _ in range(n // 2):
       x = x * scale + shift
+      most_equations = max(most_equations, buffer._buffer.n_eqns)
+      most_arrays = max(most_arrays, len(buffer._buffer.pending))
     x.block_until_ready()
   steps(2_000)
-  nodes, values, device_bytes = _live(buffer.Node), _live(buffer.Value), GlobalCounters.mem_used
-  steps(10_000)
-  assert _live(buffer.Node) <= nodes
-  assert _live(buffer.Value) <= values + 2
-  assert GlobalCounters.mem_used <= device_bytes
+  before = memory_in_use()
+  steps(100_000)
+  assert_flat(before, memory_in_use(), values=2)
+  assert most_equations <= limit and most_arrays <= limit
   assert len(buffer._buffer.pending) == 0
   assert_like_jax(x, jnp.full(64, 0.5, jnp.float32))  # the fixed point of x * 0.5 + 0.25
+
+
+def _mlp_loss(params, x, y):
+  hidden = jnp.tanh(x @ params["w1"] + params["b1"])
+  return jnp.mean((hidden @ params["w2"] + params["b2"] - y) ** 2)
+
+
+def test_long_jit_training_loop_keeps_memory_flat():
+  """300 SGD steps of a small MLP (gradients from tinyjax.jit(tinyjax.grad(loss)), eager updates): after warm-up,
+  pending calls, Values, device bytes and the Python heap stay flat, and the weights are JAX's."""
+  rng = np.random.default_rng(0)
+  init = {"w1": rng.normal(size=(8, 16)).astype(np.float32) * 0.3, "b1": np.zeros(16, np.float32),
+          "w2": rng.normal(size=(16, 1)).astype(np.float32) * 0.3, "b2": np.zeros(1, np.float32)}
+  x = rng.normal(size=(32, 8)).astype(np.float32)
+  y = np.sin(x.sum(1, keepdims=True)).astype(np.float32)
+
+  def steps(grad, params, n):
+    for _ in range(n):
+      params = jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grad(params, x, y))
+    return params
+  grad = tinyjax.jit(tinyjax.grad(_mlp_loss))
+  params = steps(grad, jax.tree_util.tree_map(tnp.asarray, init), 150)  # warm-up: compiled, captured, caches filled
+  tracemalloc.start()  # NB: it makes Python several times slower: the last 150 steps only
+  try:
+    params = steps(grad, params, 30)
+    before = memory_in_use()
+    params = steps(grad, params, 120)
+    after = memory_in_use()
+  finally:
+    tracemalloc.stop()
+  assert_flat(before, after, values=2, **{"python bytes": 64 * 1024})
+  assert_like_jax(params, steps(jax.jit(jax.grad(_mlp_loss)), init, 300), rtol=1e-4, atol=1e-5)
 
 
 # --- compiled programs are cached by structure

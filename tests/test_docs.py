@@ -1,4 +1,4 @@
-"""The user guide's code blocks run, in order, in one namespace (docs must not rot)."""
+"""The python code blocks of the docs run, in order, one namespace per page (docs must not rot)."""
 import pathlib
 import re
 
@@ -7,7 +7,7 @@ import pytest
 DOCS = pathlib.Path(__file__).parent.parent / "docs"
 
 
-@pytest.mark.parametrize("page", ["guide.md"])
+@pytest.mark.parametrize("page", ["guide.md", "guarantees.md"])
 def test_code_blocks_run(page, capsys):
   blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
   assert blocks, f"{page} has no python blocks"

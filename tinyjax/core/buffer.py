@@ -35,15 +35,20 @@ class Value:
   def buffer_on(self, backend):
     """This value's buffer on `backend`, transferring it (through the host) if it lives elsewhere."""
     if (buffer := self.buffers.get(backend)) is None:
-      buffer = self.buffers[backend] = backend.put(self.to_host())
+      host = self.to_host()
+      with _flush_lock:  # NB: as reads (below)
+        buffer = self.buffers[backend] = backend.put(host)
     return buffer
 
   def to_host(self) -> np.ndarray:
     if self.node is not None:
       flush((self,))
     if self.host is None:
-      backend, buffer = next(iter(self.buffers.items()))
-      self.host = backend.get(buffer)
+      # NB: under the flush lock: tinygrad is not thread-safe, and a read while another thread's flush is being
+      # captured by TinyJit raised JitError (or would be captured into it)
+      with _flush_lock:
+        backend, buffer = next(iter(self.buffers.items()))
+        self.host = backend.get(buffer)
     return self.host
 
 

@@ -60,6 +60,7 @@ class TinygradBackend(Backend):
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
     self._supports: dict = {}
+    _share_compile_cache_across_threads()
 
   # --- moving data
   def put(self, host):
@@ -212,6 +213,24 @@ class TinygradBackend(Backend):
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
+
+
+@functools.cache
+def _share_compile_cache_across_threads():
+  """Reopen tinygrad's compile cache (one SQLite connection) usable from any thread.
+
+  NB: by default only the thread that opened it may use it: a flush from another thread failed with
+  sqlite3.ProgrammingError. Flushes are serialised by a lock (core/buffer.py), so one shared connection is safe.
+  """
+  import sqlite3
+  from unittest import mock
+
+  from tinygrad import helpers
+  if helpers.CACHELEVEL < 1:
+    return
+  helpers._db_connection = None
+  with mock.patch.object(helpers.sqlite3, "connect", functools.partial(sqlite3.connect, check_same_thread=False)):
+    helpers.db_connection()
 
 
 def _compile_failures() -> tuple:

@@ -9,6 +9,7 @@ import math
 import operator
 
 from tinygrad import dtypes
+from tinygrad.dtype import can_lossless_cast
 from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad import floatmath as fm
@@ -22,55 +23,85 @@ def _is_float(x) -> bool:
   return dtypes.is_float(x.dtype)
 
 
-def _wrapping(op):
-  """op on integers with two's-complement wraparound at the operands' width, on floats rounded to their dtype.
+def _wrapping(op, float_op=None):
+  """op on integers with two's-complement wraparound at the operands' width, on floats (as `float_op` if given)
+  rounded to their dtype.
 
   NB: tinygrad's C kernels promote narrow integers without narrowing them again, and clang assumes that signed
   integers never overflow; XLA wraps every op. Unsigned 32/64-bit arithmetic, narrowed explicitly, does the same.
   """
-  rounded = fm.rounded(op)
+  rounded = fm.rounded(float_op or op)
 
   def apply(*xs):
     dtype = xs[0].dtype
     if dtypes.is_float(dtype):
-      guarded = _constant_zero_operand(op, *xs)
+      guarded = _constant_operand(op, *xs)
       return rounded(*xs) if guarded is None else guarded
     unsigned = UINT[dtype.itemsize]
-    return op(*(x.bitcast(unsigned).cast(UINT[max(dtype.itemsize, 4)]) for x in xs)).cast(unsigned).bitcast(dtype)
+    return _wrap(op(*(x.bitcast(unsigned).cast(UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
   return apply
 
 
-add, sub, mul = _wrapping(operator.add), _wrapping(operator.sub), _wrapping(operator.mul)
+def _wrap(x, unsigned):
+  """Unsigned x cast to the unsigned dtype `unsigned` (as wide or narrower), modulo 2**bits.
+
+  NB: tinygrad folds constant integer expressions without wrapping: 65536 * 65536 stays 2**32 in uint32, and 300
+  cast to uint8 stays 300, which is wrong once another op uses them ((65536 * 65536) % 7). A mask wraps them.
+  """
+  return (x & fm.typed(x, (1 << (8 * unsigned.itemsize)) - 1)).cast(unsigned)
+
+
+def _flip_sign(x):
+  """-x for floats, as a flip of the sign bit.
+
+  NB: tinygrad's -x is x * -1, which its simplifier merges with other terms in x: x + x * -1 -> x * 0 -> 0, so
+  x - x gave 0 for inf and NaN (IEEE and XLA: NaN), and (y + x) - x gave y. A flipped bit is opaque to it.
+  """
+  b = fm.bits(x)
+  return (b ^ fm.typed(b, 1 << (fm.width(x) - 1))).bitcast(x.dtype)
+
+
+add, mul = _wrapping(operator.add), _wrapping(operator.mul)
+sub = _wrapping(operator.sub, float_op=lambda x, y: x + _flip_sign(y))
+
+
+def _float_constant(x):
+  """The value of a Tensor that is a broadcast float constant; None for anything else."""
+  base = x.uop.base
+  return base.arg if base.op is Ops.CONST and isinstance(base.arg, float) else None
 
 
 def _zero_constant(x):
   """For a Tensor that is a broadcast constant zero: -1.0 or 1.0 (its sign); None for anything else."""
-  base = x.uop.base
-  if base.op is Ops.CONST and isinstance(base.arg, float) and base.arg == 0.0:
-    return math.copysign(1.0, base.arg)
-  return None
+  value = _float_constant(x)
+  return math.copysign(1.0, value) if value == 0.0 else None
 
 
-def _constant_zero_operand(op, x, y):
-  """x op y when one side is a constant zero, without tinygrad's simplifier (None when neither is).
+def _constant_operand(op, x, y):
+  """x op y when one side is a constant zero (or, for *, minus one), without tinygrad's simplifier (None when
+  neither is).
 
   NB: tinygrad folds x * 0 -> 0 and x + 0 -> x for a constant zero, but IEEE (and XLA) give inf * 0 = NaN,
-  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0.
+  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0. It also merges x * -1 with other terms in x (see _flip_sign).
   """
   zx, zy = _zero_constant(x), _zero_constant(y)
-  if zx is None and zy is None:
+  minus_one = op is operator.mul and -1.0 in (_float_constant(x), _float_constant(y))
+  if zx is None and zy is None and not minus_one:
     return None
-  # a jaxpr literal is a scalar beside an array operand: bring both to the result's shape
-  shape = tuple(map(max, *(((1,) * (max(x.ndim, y.ndim) - t.ndim) + t.shape) for t in (x, y))))
-  x, y = (t.reshape((1,) * (len(shape) - t.ndim) + t.shape).expand(shape) for t in (x, y))
+  # a jaxpr literal is a scalar beside an array operand (and a broadcast constant may be unexpanded): bring both
+  # to the result's shape
+  ndim = max(x.ndim, y.ndim)
+  x, y = (t.reshape((1,) * (ndim - t.ndim) + t.shape) for t in (x, y))
+  shape = tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape))  # NB: not max: a size-0 dim stays empty
+  x, y = x.expand(shape), y.expand(shape)
+  if minus_one:
+    return _flip_sign(y if _float_constant(x) == -1.0 else x)
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
     signed_zero = fm.with_sign(other.zeros_like(), other if zero > 0 else -other)
     return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
-  if op is operator.sub:
-    if zy is not None:  # x - (+-0) is x + (-+0)
-      return _constant_zero_operand(operator.add, x, -y)
-    return x.eq(0).where(fm.with_sign(x.zeros_like(), y), -x)  # +-0 - x: -x, but a zero minus a zero is below
+  if op is operator.sub:  # x - y is x + (-y), exactly
+    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else _flip_sign(y))
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
@@ -91,7 +122,7 @@ def _binary(fn):
 
 # --- arithmetic
 def _neg(x):
-  return -x if _is_float(x) else sub(x.zeros_like(), x)
+  return _flip_sign(x) if _is_float(x) else sub(x.zeros_like(), x)
 
 
 def _abs(x):
@@ -147,7 +178,7 @@ def _max(x, y):
     return x.maximum(y)
   # NB: tinygrad's maximum drops NaN and may return -0.0 for max(-0.0, 0.0); XLA propagates NaN, orders -0.0 < 0.0
   tie = (fm.bits(x) & fm.bits(y)).bitcast(x.dtype)
-  return (x > y).where(x, (y > x).where(y, x.eq(y).where(tie, x + y)))
+  return (x > y).where(x, (y > x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
 
 
 def _min(x, y):
@@ -156,7 +187,14 @@ def _min(x, y):
   if not _is_float(x):
     return x.minimum(y)
   tie = (fm.bits(x) | fm.bits(y)).bitcast(x.dtype)
-  return (x < y).where(x, (y < x).where(y, x.eq(y).where(tie, x + y)))
+  return (x < y).where(x, (y < x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
+
+
+def _nan_of(x, y):
+  """The NaN among x and y (where either is NaN).
+
+  NB: not x + y, which tinygrad may fold: with y = x * -1, x + x * -1 -> x * 0 -> 0."""
+  return fm.isnan(x).where(x, y)
 
 
 def _round(x, away_from_zero: bool):
@@ -187,13 +225,21 @@ def _power(x, y):
   return fm.power(x, y.cast(x.dtype))  # XLA converts an integer exponent to the base's dtype
 
 
+def _signed_like(rounded, x):
+  """floor(x) or ceil(x), with the sign of x as IEEE gives it (floor(-0.0) and ceil(-0.5) are -0.0).
+
+  NB: tinygrad folds them on constants with Python's math.floor and math.ceil, whose integer results lose -0.0."""
+  return fm.with_sign(rounded, x)
+
+
 FLOAT_FUNCTIONS = {
   "exp": fm.exp, "exp2": fm.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": fm.tanh,
   "logistic": fm.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
   "atan": fm.atan, "sinh": fm.sinh, "cosh": fm.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
   "sqrt": fm.rounded(lambda x: x.sqrt()), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": fm.erf, "erfc": fm.erfc,
   "erf_inv": fm.erf_inv, "lgamma": fm.lgamma, "digamma": fm.digamma,
-  "floor": lambda x: x.floor(), "ceil": lambda x: x.ceil(), "is_finite": lambda x: fm.fabs(x) < math.inf,
+  "floor": lambda x: _signed_like(x.floor(), x), "ceil": lambda x: _signed_like(x.ceil(), x),
+  "is_finite": lambda x: fm.fabs(x) < math.inf,
 }
 for _name, _fn in {**FLOAT_FUNCTIONS, "neg": _neg, "abs": _abs, "sign": _sign, "not": lambda x: ~x,
                    "square": lambda x: mul(x, x)}.items():
@@ -239,7 +285,15 @@ def _total_order_key(x):
   return (key < 0).where(key ^ ((1 << (fm.width(x) - 1)) - 1), key)
 
 
-for _name, _fn in {"eq": lambda x, y: x.eq(y), "ne": lambda x, y: x.ne(y), "lt": operator.lt, "gt": operator.gt,
+def _eq(x, y):
+  return ~fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.eq(y)  # NB: jnp.isnan is x != x: see fm.isnan
+
+
+def _ne(x, y):
+  return fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.ne(y)
+
+
+for _name, _fn in {"eq": _eq, "ne": _ne, "lt": operator.lt, "gt": operator.gt,
                    "le": _le, "ge": lambda x, y: _le(y, x)}.items():
   register(_name)(_binary(_fn))
   if _name in ("eq", "lt", "le"):
@@ -259,7 +313,7 @@ def _shift(x, y, kind: str):
     amount = out_of_range.where(0, amount)
   value = x.bitcast(view).cast(wide)
   shifted = value << amount.cast(wide) if kind == "shift_left" else value >> amount.cast(wide)
-  shifted = shifted.cast(view).bitcast(x.dtype)
+  shifted = _wrap(shifted.bitcast(UINT[wide.itemsize]), UINT[view.itemsize]).bitcast(x.dtype)
   return shifted if kind == "shift_right_arithmetic" else out_of_range.where(0, shifted)
 
 
@@ -322,13 +376,30 @@ def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   dtype = tg_dtype(new_dtype)
   if dtype == dtypes.bool:
     return x.ne(0)  # NaN is True
+  if dtypes.is_int(x.dtype) and dtypes.is_int(dtype):
+    return _convert_integer(x, dtype)
   if not (_is_float(x) and dtypes.is_int(dtype)):
     return fm.narrow(x, dtype)
   # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
   low, high = dtype.min, dtype.max
   too_low, too_high = (x < low) | x.eq(low), (x > high + 1) | x.eq(high + 1)  # NB: tinygrad's >= is True for NaN
-  in_range = (too_low | too_high | fm.isnan(x)).where(0, x).cast(dtype)
+  # NB: x.trunc() (what the cast does anyway) stops tinygrad pushing the cast into a select inside x, where it
+  # would cast a NaN constant branch to an integer (a ValueError at the flush: jnp.arcsin(x).astype(int))
+  in_range = (too_low | too_high | fm.isnan(x)).where(0, x.trunc()).cast(dtype)
   return too_high.where(high, too_low.where(low, in_range))
+
+
+def _convert_integer(x, dtype):
+  """x cast to another integer dtype, wrapping modulo 2**bits as XLA does.
+
+  NB: tinygrad's range analysis takes a cast to keep the values it can: uint8 236 cast to int8 (-20) was "never
+  negative", so x < 0 folded to False and abs gave -20. A cast that may wrap goes through unsigned bits instead.
+  """
+  if can_lossless_cast(x.dtype, dtype):
+    return x.cast(dtype)
+  if dtype.itemsize > x.dtype.itemsize:  # widening to unsigned: sign-extend first, then reinterpret
+    return x.cast((UINT if dtypes.is_unsigned(x.dtype) else SINT)[dtype.itemsize]).bitcast(dtype)
+  return _wrap(fm.bits(x), UINT[dtype.itemsize]).bitcast(dtype)
 
 
 @register("bitcast_convert_type")
