@@ -4,6 +4,7 @@ dropped and memory stays flat, that programs are cached by structure, and that a
 Flushes, compiles and primitive counts are read from tinyjax.report(); values are compared with JAX.
 """
 import gc
+import sys
 import tracemalloc
 
 import jax
@@ -251,9 +252,11 @@ def test_failed_flush_leaves_other_arrays_valid(monkeypatch):
     raise RuntimeError("broken sin rule")
   monkeypatch.setitem(RULES, "sin", broken)
   x = tnp.arange(11.0)  # NB: a shape no other test uses, so no captured (replayed) program skips the rule
+  bad_line = sys._getframe().f_lineno + 1
   bad, good, other = tnp.sin(x), x * 2, tnp.cos(x)
-  with pytest.raises(RuntimeError, match="broken sin rule"):
+  with pytest.raises(RuntimeError, match="broken sin rule") as raised:
     np.asarray(bad)
+  assert f"while running sin, called at {__file__}:{bad_line}" in raised.value.__notes__[0]  # the op, the user's line
   assert_like_jax([good, other], [jnp.arange(11.0) * 2, jnp.cos(jnp.arange(11.0))])
   with pytest.raises(RuntimeError, match="broken sin rule"):  # again, with the same error
     np.asarray(bad)

@@ -105,7 +105,12 @@ def interpret(eqns, env: list, apply: Callable[[Eqn, list], list], const: Callab
   """The flush loop: read each equation's inputs from `env`, apply its rule, write its outputs."""
   for eqn in eqns:
     ins = [env[a] if isinstance(a, int) else const(a) for a in eqn.inputs]
-    outs = apply(eqn, ins)
+    try:
+      outs = apply(eqn, ins)
+    except Exception as error:
+      if eqn.source:  # the error keeps its type; the note names the equation and the user's line that made it
+        error.add_note(f"tinyjax: while running {eqn.name}, called at {eqn.source}")
+      raise
     for slot, value in zip(eqn.outputs, outs, strict=True):
       env[slot] = value
 
