@@ -36,7 +36,7 @@ import tinyjax.numpy as tnp
 from oracle import RTOL, assert_like_jax, check, native
 from xfail import param
 
-CI_EXAMPLES = 60
+CI_EXAMPLES = 80
 FUZZ_EXAMPLES = int(os.environ.get("TINYJAX_FUZZ_EXAMPLES", "0"))
 SETTINGS = settings(deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -366,12 +366,13 @@ def _compare_calls(program: Program, actual: list, how: str):
     try:
       assert_like_jax(result, expected, **_tolerance(OPS[call.op], operands, expected))
     except AssertionError as error:
-      if not _folded_zero_identity(call, operands, result, expected):
+      if not (_folded_zero_identity(call, operands, result, expected) or
+              _fused_multiply_add(call, operands, result, expected)):
         raise AssertionError(f"{how}: v{i} = {call.expr} differs from JAX's on the same operands: {error}") from None
     values[f"v{i}"] = _as_jax(result)
 
 
-FOLDED_ZERO_OPS = ("add", "subtract", "multiply", "divide")
+FOLDED_ZERO_OPS = ("add", "subtract", "multiply", "divide", "floor_divide", "remainder")
 
 
 def _folded_zero_identity(call: Call, operands: list, result, expected) -> bool:
@@ -387,6 +388,28 @@ def _folded_zero_identity(call: Call, operands: list, result, expected) -> bool:
   same = (actual == wanted) & (np.signbit(actual) == np.signbit(wanted)) | np.isnan(actual) & np.isnan(wanted)
   zero_operand = np.logical_or.reduce([np.broadcast_to(np.asarray(x) == 0, actual.shape) for x in operands])
   return bool(np.all(same | (actual == 0) & ((wanted == 0) | np.isnan(wanted)) & zero_operand))
+
+
+def _fused_multiply_add(call: Call, operands: list, result, expected) -> bool:
+  """Whether a float sum differs from JAX's by less than the tolerance of its terms' magnitudes (element by element).
+
+  NB: known difference (tests/xfail.py "a * b + c, fused"): clang contracts a product and a sum in one kernel into a
+  fused multiply-add, as XLA does under jax.jit (not in JAX's eager calls, which the fuzzer compares with): the sum
+  is then off by up to an ulp of the product.
+  """
+  actual, wanted = np.asarray(result), np.asarray(expected)
+  if call.op not in ("add", "subtract") or actual.dtype.kind != "f" or actual.shape != wanted.shape:
+    return False
+  actual, wanted = actual.astype(np.float64), wanted.astype(np.float64)
+  terms = np.zeros(actual.shape)
+  for operand in operands:
+    magnitude = np.abs(np.broadcast_to(np.asarray(operand, np.float64), actual.shape))
+    terms = np.fmax(terms, np.where(np.isfinite(magnitude), magnitude, 0.0))
+  finite = np.isfinite(wanted)
+  same_special = np.array_equal(np.isnan(actual), np.isnan(wanted)) and np.all(actual[~finite & ~np.isnan(wanted)]
+                                                                              == wanted[~finite & ~np.isnan(wanted)])
+  rtol = RTOL[np.dtype(result.dtype)]
+  return same_special and bool(np.all(np.abs(actual - wanted)[finite] <= rtol * (np.abs(wanted) + terms)[finite]))
 
 
 def _tolerance(op: Op, operands: list, expected) -> dict:
@@ -459,6 +482,11 @@ def _arithmetic_with_a_folded_zero():
         nan)
 
 
+def _fused_multiply_add_of_eager_calls():
+  a, b = np.float32(1 + 2 ** -23), np.float32(1 - 2 ** -23)  # a * b rounds to 1.0; fused, a * b - 1 is -2**-46
+  check(lambda np_, a, b: np_.asarray(a) * np_.asarray(b) - 1.0, a, b)
+
+
 def _cos_of_huge_float64():
   with jax.enable_x64(True):
     check(lambda np_, x: np_.cos(np_.asarray(x)), np.array([3.4028234663852886e38, 1e35], np.float64))
@@ -468,6 +496,7 @@ KNOWN_DIFFERENCES = {"mul(convert(bool), x)": (_bool_times_float, None),
                      "tinygrad folds a constant to a weak type": (_tanh_of_a_constant, None),
                      "jnp.power(int, negative concrete int)": (_power_of_a_negative_integer_scalar, None),
                      "arithmetic on a folded zero": (_arithmetic_with_a_folded_zero, None),
+                     "a * b + c, fused": (_fused_multiply_add_of_eager_calls, np.float32),
                      "sin/cos of float64 beyond 1e30": (_cos_of_huge_float64, np.float64)}
 
 
