@@ -201,7 +201,7 @@ def test_long_jit_training_loop_keeps_memory_flat():
   halves = [middle["python bytes"] - first["python bytes"], last["python bytes"] - middle["python bytes"]]
   # NB: a one-off growth (a big dict, e.g. tinygrad's registry of tensors, rebuilt larger) is no leak, which would
   # grow in both halves
-  assert min(halves) <= 16 * 1024, f"the Python heap grew in both halves: {halves} bytes"
+  assert min(halves) <= 64 * 1024, f"the Python heap grew in both halves: {halves} bytes"
   assert_like_jax(params, steps(jax.jit(jax.grad(_mlp_loss)), init, 300), rtol=1e-4, atol=1e-5)
 
 
