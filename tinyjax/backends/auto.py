@@ -65,13 +65,15 @@ class AutoBackend(Backend):
     def choose(choice: dict) -> Compiled:
       chosen = candidates[choice["backend"]]
 
+      def report_chosen() -> None:  # after each run: a rescue (tinygrad failing to compile) changes what ran where
+        compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+
       def run(inputs: list) -> list:
         outs = chosen.run(inputs)
-        # read after each run: a rescue (tinygrad failing to compile a kernel) changes what ran where
-        compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+        report_chosen()
         return outs
       compiled.run, compiled.reason, compiled.target = run, _reason(choice, len(program.eqns)), getattr(self, choice["backend"])
-      compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
+      report_chosen()
       return compiled
 
     def first_run(inputs: list) -> list:
