@@ -3,6 +3,7 @@ import importlib.util
 import os
 import pathlib
 import platform
+import tempfile
 
 
 def locate_dawn() -> None:
@@ -19,4 +20,12 @@ def locate_dawn() -> None:
   for name in (f"libwebgpu_dawn_{machine}.so", f"libwebgpu_dawn_{platform.machine().lower()}.dylib"):
     if (lib / name).is_file():
       os.environ["WEBGPU_PATH"] = str(lib / name)
-      return
+      break
+  else:
+    return
+  if os.name == "posix" and not os.environ.get("XDG_RUNTIME_DIR"):
+    # NB: on a machine with no desktop session, Vulkan's Wayland support (which Dawn loads) prints "error:
+    # XDG_RUNTIME_DIR is invalid or not set" on every device it opens; an empty private directory (one per user) quiets it
+    quiet = os.path.join(tempfile.gettempdir(), f"tinyjax-runtime-{os.getuid()}")
+    os.makedirs(quiet, mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = quiet
