@@ -167,7 +167,7 @@ def _div(x, y, broadcast_divisor=False):
 
 def _rem(x, y):
   if _is_float(x):
-    return fm.fmod(x, y).cast(x.dtype)  # NB: tinygrad's x - trunc(x / y) * y is inexact for large quotients
+    return fm.fmod(x, y)  # NB: tinygrad's x - trunc(x / y) * y is inexact for large quotients
   return y.eq(0).where(x, _integer_quotient(x, y, lambda a, b: a.fmod(b)))  # XLA: x % 0 = x
 
 
@@ -177,8 +177,9 @@ def _max(x, y):
   if not _is_float(x):
     return x.maximum(y)
   # NB: tinygrad's maximum drops NaN and may return -0.0 for max(-0.0, 0.0); XLA propagates NaN, orders -0.0 < 0.0
+  # NB: NaN first, by its bits: WGSL compilers may assume that comparisons never see NaN
   tie = (fm.bits(x) & fm.bits(y)).bitcast(x.dtype)
-  return (x > y).where(x, (y > x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
+  return _either_nan(x, y).where(_nan_of(x, y), (x > y).where(x, (y > x).where(y, tie)))
 
 
 def _min(x, y):
@@ -187,7 +188,11 @@ def _min(x, y):
   if not _is_float(x):
     return x.minimum(y)
   tie = (fm.bits(x) | fm.bits(y)).bitcast(x.dtype)
-  return (x < y).where(x, (y < x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
+  return _either_nan(x, y).where(_nan_of(x, y), (x < y).where(x, (y < x).where(y, tie)))
+
+
+def _either_nan(x, y):
+  return fm.isnan(x) | fm.isnan(y)
 
 
 def _nan_of(x, y):

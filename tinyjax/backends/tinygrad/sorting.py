@@ -10,6 +10,7 @@ import math
 import numpy as np
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.indexing import arange, order_key, pick
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
@@ -17,7 +18,7 @@ from tinyjax.backends.tinygrad.table import register, tg_dtype
 def _sort_key(x, dtype):
   """JAX's sort comparator: floats with -0.0 as 0.0 and every NaN as +NaN, then the total order (NaN last)."""
   if np.dtype(dtype).kind == "f":
-    x = (x != x).where(math.nan, (x == 0).where(0.0, x))
+    x = fm.isnan(x).where(math.nan, (x == 0).where(0.0, x))
   return order_key(x, dtype)
 
 
