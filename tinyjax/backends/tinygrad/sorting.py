@@ -25,7 +25,7 @@ def _sort_key(x, dtype):
 def _ranks(keys: list, descending: bool):
   """Each element's place along the last axis: the elements before it by the keys in turn, then by position."""
   n = keys[0].shape[-1]
-  position = arange(n, keys[0].device)
+  position = arange(n)
   before = position.reshape(1, n) < position.reshape(n, 1)  # [i, j]: j is before i
   for key in reversed(keys):
     mine, theirs = key.unsqueeze(-1), key.unsqueeze(-2)
@@ -36,7 +36,7 @@ def _ranks(keys: list, descending: bool):
 
 def _place(x, ranks, count: int, dtype):
   """out[..., r] = the element of x (along the last axis) whose rank is r, for r < count."""
-  mask = ranks.unsqueeze(-2) == arange(count, ranks.device).reshape(count, 1)
+  mask = ranks.unsqueeze(-2) == arange(count).reshape(count, 1)
   return pick(mask, x.unsqueeze(-2), -1, dtype)
 
 
@@ -61,6 +61,6 @@ def _top_k(ctx, operand, *, k, axis):
   dtype = np.dtype(ctx.in_avals[0].dtype)
   x = operand.transpose(axis, -1)
   ranks = _ranks([order_key(x, dtype)], descending=True)
-  positions = arange(x.shape[-1], ctx.device, tg_dtype(indices_aval.dtype)).expand(x.shape)
+  positions = arange(x.shape[-1], tg_dtype(indices_aval.dtype)).expand(x.shape)
   return [_place(x, ranks, k, dtype).transpose(axis, -1),
           _place(positions, ranks, k, indices_aval.dtype).transpose(axis, -1)]
