@@ -11,10 +11,12 @@ import warnings
 import ml_dtypes
 import numpy as np
 
+from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
-from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError, FallbackError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting, special)
+from tinyjax.backends.tinygrad import depth
 from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype,
                                              uses_host_sync)
 from jax.extend.core import ClosedJaxpr
@@ -167,7 +169,7 @@ class TinygradBackend(Backend):
     steps, crossed = [], 0
     for segment in segments:
       if segment.native:
-        steps.append(functools.partial(interpret, segment.eqns, apply=self.apply, const=self.const))
+        steps.append(functools.partial(self._native_step, segment.eqns))
       else:
         crossed += mixed.crossing_bytes(segment, avals)
         steps.append(self._fallback_step(segment, [avals[s] for s in segment.inputs], program.n_slots))
@@ -194,7 +196,8 @@ class TinygradBackend(Backend):
     return compiled
 
   def _run_or_rescue(self, compiled, runner, program, inputs):
-    """Run natively; if tinygrad fails to compile a kernel, run this program on XLA from then on (and say so).
+    """Run natively; if tinygrad fails to compile a kernel, run this program on XLA from then on (and say so), or
+    raise under TINYJAX_FALLBACK=error.
 
     NB: a safety net for tinygrad code-generation bugs (e.g. clang rejecting a generated kernel): the result is
     still JAX's, and the report counts the program's equations as XLA's.
@@ -209,18 +212,24 @@ class TinygradBackend(Backend):
       with Context(PARALLEL=0, TUPLE_ORDER=0):
         return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
+      message = (f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
+                 f"({_summary(program.eqns)}; {type(error).__name__}: {_first_line(error)})")
+      if config.validated("fallback") == "error":
+        raise KernelCompileError(message + " (TINYJAX_FALLBACK=error)") from error
       fn = xla.compile_eqns(program.eqns, range(len(inputs)), program.in_avals, program.outputs, program.n_slots)
       source = program.eqns[-1].source if program.eqns else "<unknown>"
       filename, _, line = source.rpartition(":")
-      warnings.warn_explicit(f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
-                             f"({type(error).__name__}); XLA runs that program instead", RuntimeWarning,
-                             filename, int(line) if line.isdigit() else 0)
+      warnings.warn_explicit(message + "; XLA runs that program instead", RuntimeWarning, filename,
+                             int(line) if line.isdigit() else 0)
       compiled.counts = collections.Counter(("xla", e.name) for e in program.eqns)
       compiled.segments = ["xla"]
       compiled.bytes_crossed = mixed.crossing_bytes(mixed.Segment(False, program.eqns, tuple(range(len(inputs))),
                                                                   ()), dict(enumerate(program.in_avals)))
       compiled.run = lambda inputs: [self.put(np.asarray(x)) for x in fn(*[self.get(t) for t in inputs])]
       return compiled.run(inputs)
+
+  def _native_step(self, eqns, env):
+    interpret(eqns, env, apply=depth.Bounded(self.apply), const=self.const)
 
   def _fallback_step(self, segment, in_avals, n_slots):
     fn = xla.compile_eqns(segment.eqns, segment.inputs, in_avals, segment.outputs, n_slots)
@@ -249,6 +258,23 @@ def _share_compile_cache_across_threads():
   helpers._db_connection = None
   with mock.patch.object(helpers.sqlite3, "connect", functools.partial(sqlite3.connect, check_same_thread=False)):
     helpers.db_connection()
+
+
+class KernelCompileError(FallbackError):
+  """tinygrad failed to compile a kernel of a flushed program, and TINYJAX_FALLBACK=error (otherwise XLA runs it)."""
+
+
+def _summary(eqns, most: int = 5) -> str:
+  """The primitives of `eqns` and the user's lines that made them, for an error message."""
+  names = collections.Counter(e.name for e in eqns)
+  sources = list(dict.fromkeys(e.source for e in eqns if e.source))
+  return (", ".join(f"{name} x{n}" for name, n in names.most_common(most)) + (", ..." if len(names) > most else "")
+          + "; called at " + (", ".join(sources[:most]) + (", ..." if len(sources) > most else "") or "<unknown>"))
+
+
+def _first_line(error) -> str:
+  text = str(error).strip() or getattr(error, "stderr", None) or ""
+  return (text.decode(errors="replace") if isinstance(text, bytes) else str(text)).strip().partition("\n")[0]
 
 
 def _compile_failures() -> tuple:
