@@ -1,17 +1,18 @@
-"""`tinyjax.export`: a jitted function as a program that runs without Python, JAX or tinygrad.
+"""`tinyjax.export`: a jitted function as a standalone program, which runs without Python, JAX or tinygrad.
 
     exported = tinyjax.export(predict, params, images, target="c")
     exported.save("out/")        # out/predict.c, out/predict.h
 
 Targets: "c" (C source and header: c.py) and "webgpu" (an ES module with the WGSL kernels, and a page that runs it:
 webgpu.py). Both are written from one Graph (capture.py): the kernels tinygrad makes for the function on the
-target's device, rendered by that target's renderer.
+target's device, rendered by that target's renderer. (The package is `standalone`, not `export`: `tinyjax.export`
+is the function.)
 """
 import dataclasses
 import os
 import pathlib
 
-from tinyjax.export.capture import ExportError, Graph
+from tinyjax.standalone.capture import ExportError, Graph
 
 __all__ = ["ExportError", "Exported", "export"]
 
@@ -59,13 +60,13 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
 
   from tinygrad.helpers import Context
 
-  from tinyjax.export.capture import _identifier, capture, trace
+  from tinyjax.standalone.capture import _identifier, capture, trace
   if target not in TARGETS:
     raise ExportError(f"unknown export target {target!r}; choose one of {', '.join(TARGETS)}")
   name = _identifier(name or getattr(fn, "__name__", "exported"))
   closed, in_names, out_names, _ = trace(fn, example_args)
   backend = _backend(target)
-  writer = importlib.import_module(f"tinyjax.export.{target}")  # c.py, webgpu.py: renderer() and write()
+  writer = importlib.import_module(f"tinyjax.standalone.{target}")  # c.py, webgpu.py: renderer() and write()
   with Context(PARALLEL=0):  # NB: as the backend compiles: floatmath's FDIV folding lives in this process only
     graph = capture(name, closed, in_names, out_names, backend, writer.renderer())
   source = getattr(getattr(fn, "__code__", None), "co_filename", "")

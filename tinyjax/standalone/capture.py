@@ -88,6 +88,7 @@ def _spec(leaf) -> jax.ShapeDtypeStruct:
 
 def _identifier(text: str) -> str:
   name = re.sub(r"\W+", "_", text).strip("_")
+  name = re.sub(r"__+", "_", name)
   return f"_{name}" if not name or name[0].isdigit() else name
 
 
@@ -137,43 +138,53 @@ _LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, __impo
                                                                       __import__("tinyjax")))
 
 
-def user_line(eqn) -> str:
+def user_line(eqn) -> str | None:
   """file:line where the user's code made the equation (innermost frame outside jax, jaxlib and tinyjax;
   outside installed packages where there is one, so a flax model points at the user's call, not flax)."""
-  frames = [f for f in eqn.source_info.traceback.frames if not f.file_name.startswith(_LIBRARY_DIRS)]
+  traceback = eqn.source_info.traceback
+  frames = [f for f in traceback.frames if not f.file_name.startswith(_LIBRARY_DIRS)] if traceback else []
   own = [f for f in frames if "-packages" + os.sep not in f.file_name]
   frame = (own or frames or [None])[0]
-  return f"{frame.file_name}:{frame.line_num}" if frame else "<unknown>"
+  return f"{frame.file_name}:{frame.line_num}" if frame else None
 
 
-def _equations(jaxpr):
-  """The equations of a jaxpr with the call primitives (jit, custom_jvp_call, ...) opened, as tinyjax runs them."""
+def _equations(jaxpr, line: str = "<unknown>"):
+  """(equation, user's line) of a jaxpr with the call primitives (jit, custom_jvp_call, ...) opened, as tinyjax
+  runs them. NB: equations traced inside a jit have only the jit's own frames: they take the call's line."""
   for eqn in jaxpr.eqns:
+    eqn_line = user_line(eqn) or line
     if eqn.primitive.name in CALL_PARAMS:
       callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
-      yield from _equations(callee.jaxpr if isinstance(callee, ClosedJaxpr) else callee)
+      yield from _equations(callee.jaxpr if isinstance(callee, ClosedJaxpr) else callee, eqn_line)
     else:
-      yield eqn
+      yield eqn, eqn_line
 
 
-def check_native(closed: ClosedJaxpr, backend) -> None:
-  """Raise ExportError for the first equation the backend cannot run natively: an export never falls back to XLA."""
+def _why_not_native(eqn, backend) -> str | None:
   from tinyjax.backends.tinygrad.table import RULES, uses_host_sync
-  for eqn in _equations(closed.jaxpr):
-    in_avals, out_avals = tuple(v.aval for v in eqn.invars), tuple(v.aval for v in eqn.outvars)
-    as_run = Eqn(eqn.primitive, dict(eqn.params), (), (), in_avals, out_avals, "")
-    where = f"called at {user_line(eqn)}"
-    if eqn.primitive.name not in RULES:
-      raise ExportError(f"{eqn.primitive.name} has no tinygrad rule, and an export cannot fall back to XLA; "
-                        f"{where}")
-    if not backend.supports(as_run):
-      dtypes = ", ".join(sorted({str(a.dtype) for a in in_avals + out_avals}))
-      raise ExportError(f"{eqn.primitive.name} ({dtypes}) cannot run on tinygrad's {backend.tg_device} device (a "
-                        f"dtype it lacks, or a part that has no tinygrad rule), and an export cannot fall back to "
-                        f"XLA; {where}")
-    if uses_host_sync([as_run]):
-      raise ExportError(f"{eqn.primitive.name} reads values on the host while it runs (a data-dependent loop), "
-                        f"which an exported program cannot do; {where}")
+  in_avals, out_avals = tuple(v.aval for v in eqn.invars), tuple(v.aval for v in eqn.outvars)
+  as_run = Eqn(eqn.primitive, dict(eqn.params), (), (), in_avals, out_avals, "")
+  if eqn.primitive.name not in RULES:
+    return "no tinygrad rule"
+  if not backend.supports(as_run):
+    dtypes = ", ".join(sorted({str(a.dtype) for a in in_avals + out_avals}))
+    return f"{dtypes}: a dtype the device lacks, or a part with no tinygrad rule"
+  if uses_host_sync([as_run]):
+    return "reads values on the host while it runs: a data-dependent loop"
+  return None
+
+
+def check_native(name: str, closed: ClosedJaxpr, backend) -> None:
+  """Raise ExportError naming every primitive the backend cannot run natively, with the user's line that made it:
+  an export never falls back to XLA."""
+  problems: dict[str, str] = {}
+  for eqn, line in _equations(closed.jaxpr):
+    if eqn.primitive.name not in problems and (reason := _why_not_native(eqn, backend)):
+      problems[eqn.primitive.name] = f"{eqn.primitive.name} ({reason}) at {line}"
+  if problems:
+    raise ExportError(f"{name} cannot be exported: an export runs every primitive on tinygrad's "
+                      f"{backend.tg_device} device, never on XLA, and these cannot run there: "
+                      + "; ".join(problems.values()))
 
 
 # --- capturing tinygrad's kernels
@@ -240,7 +251,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   from tinygrad.uop.ops import Ops
 
   from tinyjax.backends.tinygrad.table import tg_dtype
-  check_native(closed, backend)
+  check_native(name, closed, backend)
   program = program_of(closed)
   for (label, path), aval in zip(in_names + out_names, closed.in_avals + closed.out_avals):
     if 0 in aval.shape:
@@ -270,7 +281,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
     base, offset = view
     if base not in index:
       dtype = np.dtype(_to_np_dtype(base.dtype))
-      add(base, Buffer(f"buf{len(buffers)}", dtype, (base.max_numel(),), "scratch" if not base.is_realized else "const",
+      add(base, Buffer(f"tj_{'const' if base.is_realized else 'scratch'}{len(buffers)}", dtype, (base.max_numel(),), "scratch" if not base.is_realized else "const",
                        data=_contents(base) if base.is_realized else None))
     return index[base], offset
 
@@ -321,8 +332,17 @@ def _contents(base) -> np.ndarray:
 def _render(renderer, ast, args, number: int) -> Kernel:
   """One kernel rendered by the target's renderer, named uniquely (tinygrad names kernels by shape only)."""
   from tinygrad.codegen import to_program
+  from tinygrad.dtype import dtypes
   from tinygrad.uop.ops import Ops
-  program = to_program(ast, renderer)
+  try:
+    program = to_program(ast, renderer)
+  except Exception as error:
+    why = f"{type(error).__name__}: {error}"
+    if dtypes.float64 in {getattr(u.dtype, "base", u.dtype) for u in ast.toposort()} and \
+       dtypes.float64 not in renderer.supported_dtypes():
+      why = ("it computes in float64, which this target lacks (tinyjax evaluates some float32 functions, e.g. exp, "
+             f"log, sin, tanh, logistic, in float64 to match XLA's rounding); {why}")
+    raise ExportError(f"tinygrad's {type(renderer).__name__} could not write kernel {number}: {why}") from error
   info = program.arg
   if info.vars:
     raise ExportError(f"kernel {info.function_name} takes runtime variables ({[v.expr for v in info.vars]}), "

@@ -11,7 +11,7 @@ import pathlib
 
 import numpy as np
 
-from tinyjax.export.capture import ExportError, Graph, Kernel
+from tinyjax.standalone.capture import ExportError, Graph, Kernel
 
 RUNTIME = pathlib.Path(__file__).with_name("webgpu_module.js")
 PLAN_MARKERS = ("/* PLAN */", "/* END PLAN */")
@@ -79,7 +79,7 @@ import { __NAME__, requestDevice, inputs, outputs } from "./__NAME__.js";
 
 const TYPED_ARRAYS = { float32: Float32Array, float16: Uint16Array, int32: Int32Array, uint32: Uint32Array,
   int16: Int16Array, uint16: Uint16Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array };
-// the same example inputs as tinyjax.export.webgpu.example_inputs
+// the same example inputs as tinyjax.standalone.webgpu.example_inputs
 function example(spec, n) {
   const size = spec.shape.reduce((a, b) => a * b, 1), array = new TYPED_ARRAYS[spec.dtype](size);
   for (let j = 0; j < size; j++) {

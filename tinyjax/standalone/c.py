@@ -13,7 +13,7 @@ from tinygrad.dtype import AddrSpace, _from_np_dtype, dtypes
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat
 
-from tinyjax.export.capture import Graph, Kernel
+from tinyjax.standalone.capture import Graph, Kernel
 
 C_TYPES = {"float16": "_Float16", "float32": "float", "float64": "double", "bool": "bool",
            "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
