@@ -46,7 +46,8 @@ def export(
   target: Annotated[str, typer.Argument(
     metavar="FILE.py:FUNCTION", show_default=False, help="The Python file and the function in it to export.")],
   to: Annotated[Target, typer.Option("--to", help="c: NAME.c and NAME.h; webgpu: NAME.js and index.html.")] = Target.c,
-  output: Annotated[str, typer.Option("-o", "--output", metavar="DIR", help="Folder to write into (made if missing).")] = ".",
+  output: Annotated[str, typer.Option(
+    "-o", "--output", metavar="DIR", help="Folder to write into (made if missing).")] = ".",
   example_args: Annotated[str, typer.Option(
     "--example-args", metavar="NAME",
     help="The function in FILE.py that returns the example arguments, as a tuple.")] = "example_args",

@@ -35,7 +35,8 @@ class PortableCRenderer(ClangRenderer):
   supports_float4 = False
   kernel_typedef = "static void"
   type_map = {**ClangRenderer.type_map, dtypes.half: "_Float16"}  # NB: __fp16 is clang's; C23 names _Float16
-  string_rewrite = PatternMatcher([(UPat(Ops.BITCAST, name="x"), _bitcast_through_union)]) + ClangRenderer.string_rewrite
+  string_rewrite = PatternMatcher([(UPat(Ops.BITCAST, name="x"), _bitcast_through_union)]) + \
+    ClangRenderer.string_rewrite
 
   def __init__(self, target):
     super().__init__(target)
@@ -103,18 +104,16 @@ def source(graph: Graph, summary: str, kernel_type) -> str:
   lines = [f"/* {graph.name}: {summary}", " * Kernels rendered by tinygrad's C renderer. */",
            "#include <math.h>", "#include <stdbool.h>", "#include <stdint.h>", "#include <string.h>", "",
            f'#include "{graph.name}.h"', ""]
-  for i, b in enumerate(graph.buffers):
+  for b in graph.buffers:
     if b.role == "const":
       lines.append(f"static const {C_TYPES[b.dtype.name]} {b.name}[{b.size}] = {{\n  {_array_init(b.data)}\n}};")
     elif b.role == "scratch":
       lines.append(f"static {C_TYPES[b.dtype.name]} {b.name}[{b.size}];  /* scratch */")
-  defines = {}
-  kernels = [s for s in graph.steps if isinstance(s, Kernel)]
-  for kernel in kernels:
-    head, _, body = kernel.source.partition("static void ")
-    defines.update(dict.fromkeys(line for line in head.splitlines() if line.strip()))
+  kernels = [s.source.partition("static void ") for s in graph.steps if isinstance(s, Kernel)]
+  # what the renderer puts before a kernel (type definitions), once
+  defines = dict.fromkeys(line for head, _, _ in kernels for line in head.splitlines() if line.strip())
   lines += ["", *defines, ""]
-  lines += ["static void " + k.source.partition("static void ")[2].strip() + "\n" for k in kernels]
+  lines += ["static void " + body.strip() + "\n" for _, _, body in kernels]
 
   def pointer(buffer_index: int, offset: int) -> str:
     b = graph.buffers[buffer_index]

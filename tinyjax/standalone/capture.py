@@ -25,12 +25,15 @@ class ExportError(ValueError):
   """The function cannot be exported: the message names the primitive and the user's line where there is one."""
 
 
+ROLES = ("input", "output", "const", "scratch")
+
+
 @dataclasses.dataclass
 class Buffer:
   name: str  # a C identifier: the argument's pytree path for inputs and outputs
   dtype: np.dtype
   shape: tuple
-  role: str  # "input", "output", "const" or "scratch"
+  role: str  # one of ROLES
   data: np.ndarray | None = None  # the contents of a constant, flat
   path: str = ""  # the pytree path in the user's terms, e.g. params['params']['Conv_0']['kernel']
 
@@ -214,11 +217,11 @@ class _Capture:
 
 
 def _view_of(uop):
-  """(base BUFFER uop, element offset) that a kernel argument or an output reads, or None."""
+  """(base BUFFER uop, element offset) that a kernel argument or a realized output reads, or None (a constant
+  tinygrad folded, which has no buffer). NB: on the CPU device a contiguous slice of a buffer is a view of it,
+  with no kernel: an output x[1:] reads the input x at an offset."""
   from tinygrad.uop.ops import Ops
   while uop.op in (Ops.CONTIGUOUS, Ops.RESHAPE, Ops.DETACH):
-    if uop.op is not Ops.RESHAPE and uop.src[0].op is not Ops.BUFFER and uop.src[0].base.op is not Ops.BUFFER:
-      break
     uop = uop.src[0]
   if uop.op is Ops.BUFFER:
     return uop, 0
@@ -279,10 +282,10 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
     if view is None:
       raise ExportError(f"tinygrad passed a kernel a non-contiguous view ({uop.op}); the export cannot address it")
     base, offset = view
-    if base not in index:
-      dtype = np.dtype(_to_np_dtype(base.dtype))
-      add(base, Buffer(f"tj_{'const' if base.is_realized else 'scratch'}{len(buffers)}", dtype, (base.max_numel(),), "scratch" if not base.is_realized else "const",
-                       data=_contents(base) if base.is_realized else None))
+    if base not in index:  # NB: a buffer with contents before anything ran is a constant
+      role = "const" if base.is_realized else "scratch"
+      add(base, Buffer(f"tj_{role}{len(buffers)}", np.dtype(_to_np_dtype(base.dtype)), (base.max_numel(),), role,
+                       data=_contents(base) if role == "const" else None))
     return index[base], offset
 
   steps: list[Kernel | Copy] = []
@@ -301,7 +304,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   # the outputs: a kernel writes straight into the caller's output buffer where it can; otherwise a copy
   results = [buffer_of(t.uop) for t in outs]
   claimed = set()
-  for i, ((label, path), aval, (source, offset)) in enumerate(zip(out_names, closed.out_avals, results)):
+  for (label, path), aval, (source, offset) in zip(out_names, closed.out_avals, results):
     buffer = buffers[source]
     if buffer.role == "scratch" and offset == 0 and buffer.size == aval.size and source not in claimed:
       claimed.add(source)
@@ -310,11 +313,15 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
       buffers.append(Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "output", path=path))
       steps.append(Copy(len(buffers) - 1, (source, offset)))
   used = {b for s in steps for b in ([a for a, _ in s.args] if isinstance(s, Kernel) else [s.dest, s.src[0]])}
-  # NB: inputs and outputs in flattened pytree order, whatever order the kernels made them in; buffers no step uses
-  # (a constant's host copy) are left out
-  order = sorted((i for i, b in enumerate(buffers) if i in used or b.role in ("input", "output")), key=lambda i: (("input", "output", "const", "scratch").index(
-    buffers[i].role), [n for n, _ in out_names].index(buffers[i].name) if buffers[i].role == "output" else i))
-  return _reordered(Graph(name, buffers, steps), order)
+  out_position = {label: i for i, (label, _) in enumerate(out_names)}
+
+  def position(i: int) -> tuple[int, int]:
+    # NB: inputs and outputs in flattened pytree order, whatever order the kernels made them in
+    return ROLES.index(buffers[i].role), out_position[buffers[i].name] if buffers[i].role == "output" else i
+
+  # buffers no step uses (a constant's host copy) are left out
+  kept = [i for i, b in enumerate(buffers) if i in used or b.role in ("input", "output")]
+  return _reordered(Graph(name, buffers, steps), sorted(kept, key=position))
 
 
 def _reordered(graph: Graph, order: list[int]) -> Graph:
