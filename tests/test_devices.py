@@ -15,7 +15,7 @@ import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.random
 from oracle import assert_like_jax, check, check_traced, native
-from tinyjax.backends import base
+from tinyjax.backends import selection
 
 AVAILABLE = {d.name for d in tinyjax.devices("tinygrad")}
 
@@ -175,7 +175,7 @@ def test_optax_training_off_the_default_device(off_default):
 def test_one_backend_per_device(names):
   if names[0] not in AVAILABLE:
     pytest.skip(f"no {names[0]} here")
-  backends = {base.backend_for("tinygrad", name) for name in names}
+  backends = {selection.backend_for("tinygrad", name) for name in names}
   assert len(backends) == 1 and str(backends.pop().device) == names[0]
 
 
@@ -204,7 +204,7 @@ def _host_arrays() -> dict:
 @pytest.mark.parametrize("device", DEVICES)
 def test_host_arrays_move_to_the_device_and_back(device, kind):
   host = _host_arrays()[kind]
-  backend = base.backend_for("tinygrad", device)
+  backend = selection.backend_for("tinygrad", device)
   buffer = backend.put(host)
   back = backend.get(buffer)
   assert back.dtype == host.dtype and back.shape == host.shape
