@@ -178,14 +178,16 @@ def _two_sum(a, b):
   s = a + b
   b_virtual = s + minus(a)
   a_virtual = s + minus(b_virtual)
-  return s, (a + minus(a_virtual)) + (b + minus(b_virtual))
+  return s, _opaque(a + minus(a_virtual)) + _opaque(b + minus(b_virtual))
 
 
 def _two_product(a, b):
-  """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for float32."""
+  """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for float32: partial sums in Dekker's order."""
   p = a * b
-  (ah, al), (bh, bl) = _split(a), _split(b)
-  return p, (((ah * bh + minus(p)) + ah * bl) + al * bh) + al * bl
+  (ah, al), (bh, bl) = _split(_opaque(a)), _split(_opaque(b))
+  error = _opaque(ah * bh + minus(p))
+  error = _opaque(error + ah * bl)
+  return p, _opaque(error + al * bh) + al * bl
 
 
 def _power_of_two(n):
