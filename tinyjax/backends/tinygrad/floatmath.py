@@ -133,8 +133,16 @@ def narrow(x, dtype):
 
 
 def in_f32(fn):
-  """fn evaluated in float32 at least, as XLA evaluates its expansions for float16."""
-  return lambda *xs: narrow(fn(*(x.cast(F32) for x in xs)), xs[0].dtype) if xs[0].dtype.itemsize < 4 else fn(*xs)
+  """fn evaluated in float32 at least, as XLA evaluates its expansions for float16; a function of one operand
+  returns NaN for NaN.
+
+  NB: WGSL compilers may assume that no value is NaN, and select the wrong branch of a comparison with one: NaN is
+  passed through by its bits.
+  """
+  def apply(*xs):
+    result = narrow(fn(*(x.cast(F32) for x in xs)), xs[0].dtype) if xs[0].dtype.itemsize < 4 else fn(*xs)
+    return isnan(xs[0]).where(xs[0], result) if len(xs) == 1 else result
+  return apply
 
 
 def by_dtype(f32, f64):
