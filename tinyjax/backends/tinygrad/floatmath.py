@@ -121,15 +121,29 @@ def poly(x, coefficients):
 
 
 def narrow(x, dtype):
-  """x cast to `dtype`, and really rounded to it.
+  """x cast to `dtype`, and really rounded to it (float32 to float16: to nearest even, by its bits).
 
   NB: within a kernel, tinygrad drops a cast to float16 that is cast back to float32 (the C code keeps float
-  precision); flipping the sign bit of the float16 bits and negating back keeps the rounding.
+  precision); and OpenCL (POCL) converts float32 to a float16 denormal as zero, where XLA rounds. The float16 bits
+  are computed from the float32 bits instead.
   """
   if dtype != dtypes.float16 or x.dtype == dtype:
     return x.cast(dtype)
-  b = bits(x.cast(dtype))
-  return -((b ^ typed(b, 0x8000)).bitcast(dtype))
+  if x.dtype != F32:
+    x = x.cast(F32)
+  u32, b = dtypes.uint32, bits(x)
+  sign, magnitude = (b >> 16) & typed(b, 0x8000), b & typed(b, 0x7FFFFFFF)
+  nan = magnitude > 0x7F800000
+  # normals: drop 13 mantissa bits to nearest even, rebias the exponent (a carry may reach inf: right)
+  normal = ((magnitude - 0x38000000) + 0xFFF + ((magnitude >> 13) & 1)) >> 13
+  # denormals: the significand with its implicit bit, shifted right by 126 - exponent, to nearest even
+  significand = (magnitude & 0x7FFFFF) | 0x800000
+  shift = (126 - (magnitude >> 23).cast(dtypes.int32)).maximum(1).minimum(31).cast(u32)
+  kept, dropped, half = significand >> shift, significand & ((1 << shift) - 1), 1 << (shift - 1)
+  denormal = kept + ((dropped > half) | (dropped.eq(half) & (kept & 1).eq(1))).cast(u32)
+  half_bits = (magnitude >= 0x38800000).where(normal, denormal)
+  half_bits = nan.where(0x7E00, (magnitude >= 0x477FF000).where(0x7C00, half_bits).cast(u32))
+  return (sign | half_bits).cast(dtypes.uint16).bitcast(dtype)
 
 
 def in_f32(fn):
