@@ -105,7 +105,7 @@ def _constant_operand(op, x, y):
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
-  return other.eq(0).where(other.zeros_like().abs(), other)  # x + 0.0 is x, but -0.0 + 0.0 is +0.0
+  return (other.eq(0) & ~fm.isnan(other)).where(other.zeros_like().abs(), other)  # x + 0.0 is x, -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
@@ -290,16 +290,30 @@ def _total_order_key(x):
   return (key < 0).where(key ^ ((1 << (fm.width(x) - 1)) - 1), key)
 
 
-def _eq(x, y):
-  return ~fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.eq(y)  # NB: jnp.isnan is x != x: see fm.isnan
+def _ordered(compare):
+  """A float comparison that is False where either operand is NaN (IEEE's ordered comparisons, XLA's).
+
+  NB: WGSL compilers may assume that no value is NaN: x != x and comparisons with NaN came out either way on WebGPU.
+  NaN is told by its bits."""
+  def apply(x, y):
+    if not _is_float(x):
+      return compare(x, y)
+    if x.uop is y.uop and compare in (_equal, _le):  # NB: jnp.isnan is x != x: see fm.isnan
+      return ~fm.isnan(x)
+    return compare(x, y) & ~_either_nan(x, y)
+  return apply
+
+
+def _equal(x, y):
+  return x.eq(y)
 
 
 def _ne(x, y):
-  return fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.ne(y)
+  return ~_ordered(_equal)(x, y)
 
 
-for _name, _fn in {"eq": _eq, "ne": _ne, "lt": operator.lt, "gt": operator.gt,
-                   "le": _le, "ge": lambda x, y: _le(y, x)}.items():
+for _name, _fn in {"eq": _ordered(_equal), "ne": _ne, "lt": _ordered(operator.lt), "gt": _ordered(operator.gt),
+                   "le": _ordered(_le), "ge": _ordered(lambda x, y: _le(y, x))}.items():
   register(_name)(_binary(_fn))
   if _name in ("eq", "lt", "le"):
     register(f"{_name}_to")(_binary(lambda x, y, fn=_fn: fn(_total_order_key(x), _total_order_key(y))))
@@ -380,17 +394,18 @@ def _clamp(ctx, low, x, high):
 def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   dtype = tg_dtype(new_dtype)
   if dtype == dtypes.bool:
-    return x.ne(0)  # NaN is True
+    return x.ne(0) | fm.isnan(x) if _is_float(x) else x.ne(0)  # NaN is True (told by its bits: see _ordered)
   if dtypes.is_int(x.dtype) and dtypes.is_int(dtype):
     return _convert_integer(x, dtype)
   if not (_is_float(x) and dtypes.is_int(dtype)):
     return fm.narrow(x, dtype)
   # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
   low, high = dtype.min, dtype.max
-  too_low, too_high = (x < low) | x.eq(low), (x > high + 1) | x.eq(high + 1)  # NB: tinygrad's >= is True for NaN
+  ordered = ~fm.isnan(x)  # NB: tinygrad's >= is True for NaN, and WGSL may take any comparison with NaN as True
+  too_low, too_high = ordered & ((x < low) | x.eq(low)), ordered & ((x > high + 1) | x.eq(high + 1))
   # NB: x.trunc() (what the cast does anyway) stops tinygrad pushing the cast into a select inside x, where it
   # would cast a NaN constant branch to an integer (a ValueError at the flush: jnp.arcsin(x).astype(int))
-  in_range = (too_low | too_high | fm.isnan(x)).where(0, x.trunc()).cast(dtype)
+  in_range = (too_low | too_high | ~ordered).where(0, x.trunc()).cast(dtype)
   return too_high.where(high, too_low.where(low, in_range))
 
 
