@@ -416,8 +416,8 @@ def test_float32_programs_have_no_float64():
     return sources[-1]
   x = np.linspace(-30, 30, 47, dtype=F32)  # a size no other test uses: its kernels are rendered anew
   with mock.patch.object(renderer_class, "render", recording):
-    check(lambda np_, v: [np_.exp(v), np_.log(np_.abs(v)), np_.sin(v * 1e5), np_.cos(v), np_.tan(v), np_.arctan2(v, 3.0),
-                          np_.power(np_.abs(v), v * 0.5), np_.fmod(v, 0.7), np_.tanh(v), np_.log1p(np_.abs(v)),
+    check(lambda np_, v: [np_.exp(v), np_.log(np_.abs(v)), np_.sin(v * 1e5), np_.cos(v), np_.tan(v),
+                          np_.arctan2(v, 3.0), np_.power(np_.abs(v), v * 0.5), np_.fmod(v, 0.7), np_.tanh(v), np_.log1p(np_.abs(v)),
                           np_.expm1(v), np_.cbrt(v), np_.arcsinh(v), np_.arctanh(v / 31)], x)
   assert sources
   for source in sources:

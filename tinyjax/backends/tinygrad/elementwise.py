@@ -51,18 +51,8 @@ def _wrap(x, unsigned):
   return (x & fm.typed(x, (1 << (8 * unsigned.itemsize)) - 1)).cast(unsigned)
 
 
-def _flip_sign(x):
-  """-x for floats, as a flip of the sign bit.
-
-  NB: tinygrad's -x is x * -1, which its simplifier merges with other terms in x: x + x * -1 -> x * 0 -> 0, so
-  x - x gave 0 for inf and NaN (IEEE and XLA: NaN), and (y + x) - x gave y. A flipped bit is opaque to it.
-  """
-  b = fm.bits(x)
-  return (b ^ fm.typed(b, 1 << (fm.width(x) - 1))).bitcast(x.dtype)
-
-
 add, mul = _wrapping(operator.add), _wrapping(operator.mul)
-sub = _wrapping(operator.sub, float_op=lambda x, y: x + _flip_sign(y))
+sub = _wrapping(operator.sub, float_op=lambda x, y: x + fm.minus(y))
 
 
 def _float_constant(x):
@@ -82,7 +72,7 @@ def _constant_operand(op, x, y):
   neither is).
 
   NB: tinygrad folds x * 0 -> 0 and x + 0 -> x for a constant zero, but IEEE (and XLA) give inf * 0 = NaN,
-  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0. It also merges x * -1 with other terms in x (see _flip_sign).
+  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0. It also merges x * -1 with other terms in x (see floatmath.minus).
   """
   zx, zy = _zero_constant(x), _zero_constant(y)
   minus_one = op is operator.mul and -1.0 in (_float_constant(x), _float_constant(y))
@@ -95,13 +85,13 @@ def _constant_operand(op, x, y):
   shape = tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape))  # NB: not max: a size-0 dim stays empty
   x, y = x.expand(shape), y.expand(shape)
   if minus_one:
-    return _flip_sign(y if _float_constant(x) == -1.0 else x)
+    return fm.minus(y if _float_constant(x) == -1.0 else x)
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
     signed_zero = fm.with_sign(other.zeros_like(), other if zero > 0 else -other)
     return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
   if op is operator.sub:  # x - y is x + (-y), exactly
-    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else _flip_sign(y))
+    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else fm.minus(y))
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
@@ -122,7 +112,7 @@ def _binary(fn):
 
 # --- arithmetic
 def _neg(x):
-  return _flip_sign(x) if _is_float(x) else sub(x.zeros_like(), x)
+  return fm.minus(x) if _is_float(x) else sub(x.zeros_like(), x)
 
 
 def _abs(x):

@@ -1,10 +1,13 @@
 """Float functions on tinygrad Tensors that agree with XLA on CPU, for the elementwise rules.
 
 Each function takes and returns Tensors of one float dtype. Two kinds:
-- functions XLA computes to an ulp or two (exp, log, sin, pow, atan2, ...) are evaluated in float64 and rounded;
+- functions XLA computes to an ulp or two (exp, log, sin, pow, atan2, ...): float32 (and float16, computed in float32
+  and rounded) by range reduction and polynomials in float32 and integer bit manipulation, as XLA expands them, within
+  a few ulp on every device (no float64, which WebGPU and Metal lack); float64 by tinygrad's float64 functions;
 - functions XLA expands into a formula in the operand's dtype (exp2, logistic, sinh, cosh, erf, erfc, erf_inv,
   lgamma, digamma) replay that formula with the same roundings, so they share XLA's errors.
 `# NB:` marks where tinygrad's own function, or its optimizer's rewriting of float expressions, differs from XLA.
+Division is Ops.FDIV, which `teach_division` makes an operation of every tinygrad renderer.
 """
 import math
 import operator
