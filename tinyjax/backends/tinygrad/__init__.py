@@ -2,10 +2,12 @@
 program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by
 TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
 import subprocess
+import sys
 import warnings
 
 import ml_dtypes
@@ -137,10 +139,11 @@ class TinygradBackend(Backend):
     return False
 
   def _probe(self, dt, **context) -> bool:
+    """Whether a small kernel in `dt` runs under tinygrad's `context`."""
     from tinygrad import Tensor
     from tinygrad.helpers import Context
     try:
-      with Context(**context):
+      with Context(**context), _compiler_messages_silenced():
         probe = Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device)
         return probe.numpy().shape == (2,)
     except Exception:
@@ -250,6 +253,21 @@ class TinygradBackend(Backend):
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
+
+
+@contextlib.contextmanager
+def _compiler_messages_silenced():
+  """NB: a compiler that rejects a probed dtype (clang 14 and __bf16) prints its errors on the process's stderr, which
+  the user would see at the first use of that dtype: the probe's stderr goes nowhere."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
 
 
 @functools.cache
