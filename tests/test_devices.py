@@ -306,3 +306,13 @@ def test_sixteen_bit_subnormals(device, dtype, on_device):
   tiny = float(jnp.finfo(dtype).tiny)
   x = np.array([tiny / 4, -tiny / 3, tiny * 0.75, tiny, 3.0], dtype)
   check(lambda m, v: (m.asarray(v) * 0.5, m.asarray(v) * 3, m.asarray(v) * 0.25 + 0), x, rtol=0)
+
+
+def test_tiny_runs_on_its_tensors_device(off_default):
+  from tinygrad import Tensor
+  other = "CL" if off_default == "CPU" else "CPU"  # tinygrad's default here: the Tensors' device, not the setting's
+  fun = tinyjax.tiny(lambda x, i: (jnp.cumsum(x) + jnp.arange(3.0), x[i]))
+  sums, picked = fun(Tensor([1.0, 2.0, 3.0]), Tensor(np.int32(1).reshape(1)).reshape(()))
+  assert sums.device == picked.device == other
+  np.testing.assert_array_equal(sums.numpy(), [1.0, 4.0, 8.0])
+  assert picked.numpy() == 2.0
