@@ -48,6 +48,11 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("a * b + c, fused", "float32"): "clang contracts a product and a sum in one kernel into a fused multiply-add, as "
     "XLA does under jax.jit: eager tinyjax, which fuses calls, rounds a * b + c once where JAX's eager calls round "
     "the product first (jax.jit's result is tinyjax's)",
+  ("16-bit subnormals where tinygrad emulates the dtype", "float16"): "where the device's renderer lacks float16 "
+    "(POCL without cl_khr_fp16) tinygrad emulates it in float32 and flushes subnormals to zero where it loads and "
+    "stores them (tinygrad/codegen/decomp/dtype.py, f2f: 'denormals are zero')",
+  ("denormals", "bfloat16"): "XLA's CPU backend computes bfloat16 in float32 and flushes its denormals (bfloat16's "
+    "subnormals) to zero; where tinygrad renders bfloat16 (CL) it keeps them (where it emulates it, it flushes them)",
   ("sin/cos of float64 beyond 1e30", "float64"): "floatmath reduces float64 arguments in three 24-bit parts (1e-15 "
     "below 1e30, 1e-9 at 1e38); XLA's argument reduction stays exact",
   # tinyjax.export (tests/test_export.py)

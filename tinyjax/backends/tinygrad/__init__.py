@@ -2,10 +2,12 @@
 program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by
 TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
 import subprocess
+import sys
 import warnings
 
 import ml_dtypes
@@ -15,7 +17,7 @@ from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError, FallbackError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting, special)
+  contraction, control_flow, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting, special)
 from tinyjax.backends.tinygrad import depth
 from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype,
                                              uses_host_sync)
@@ -69,6 +71,7 @@ class TinygradBackend(Backend):
                                 f"{available}") from None
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
+    self.contexts: dict[str, str] = {}  # tinygrad settings its kernels compile under (EMULATED_DTYPES, from probes)
     _share_compile_cache_across_threads()
 
   # --- moving data
@@ -77,15 +80,17 @@ class TinygradBackend(Backend):
 
     NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
     read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
-    from tinygrad import Tensor
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
+    return self._copy_in(host).realize()
+
+  def _copy_in(self, host):
+    """A C-contiguous, writable host array as a lazy copy on the device."""
+    from tinygrad import Tensor
     if host.dtype in _CARRIED_AS_BITS:  # NB: a bitcast on the device would be a kernel, which may flush subnormals
-      tensor = Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device)
-    else:
-      tensor = Tensor(host.reshape(host.shape or (1,)), device=self.tg_device)
-    return tensor.realize().reshape(host.shape)
+      return Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device).reshape(host.shape)
+    return Tensor(host.reshape(host.shape or (1,)), device=self.tg_device).reshape(host.shape)
 
   def get(self, buffer):
     if isinstance(buffer, np.ndarray):
@@ -103,9 +108,9 @@ class TinygradBackend(Backend):
   def const(self, c):
     from tinygrad import Tensor
     value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
-    if value.ndim == 0:
+    if value.ndim == 0:  # a constant in the kernels' code (it has no device: it takes its operands')
       return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=self.tg_device)
-    return Tensor(np.ascontiguousarray(value), device=self.tg_device)
+    return self._copy_in(np.require(value, requirements=["C", "W"]))
 
   # --- what runs here
   def supports(self, eqn) -> bool:
@@ -124,12 +129,28 @@ class TinygradBackend(Backend):
 
   @functools.cache
   def supports_dtype(self, dtype) -> bool:
-    """Whether the device computes this dtype: checked once by running a small kernel in it."""
-    from tinygrad import Tensor
+    """Whether the device computes this dtype: checked once by running a small kernel in it; a 16-bit float that the
+    device's compiler rejects (bfloat16 under clang before 17) is computed by tinygrad's emulation, in float32 on its
+    16 stored bits, if that runs."""
     try:
       dt = tg_dtype(dtype)
-      probe = (Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device))
-      return probe.numpy().shape == (2,)
+    except KeyError:
+      return False
+    if self._probe(dt):
+      return True
+    if (name := rounding.ROUNDED.get(dt)) and self._probe(dt, EMULATED_DTYPES=name):
+      self.contexts["EMULATED_DTYPES"] = ",".join(filter(None, [self.contexts.get("EMULATED_DTYPES"), name]))
+      return True
+    return False
+
+  def _probe(self, dt, **context) -> bool:
+    """Whether a small kernel in `dt` runs under tinygrad's `context`."""
+    from tinygrad import Tensor
+    from tinygrad.helpers import Context
+    try:
+      with Context(**context), _compiler_messages_silenced():
+        probe = Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device)
+        return probe.numpy().shape == (2,)
     except Exception:
       return False
 
@@ -142,7 +163,11 @@ class TinygradBackend(Backend):
       params = KEY_LAYOUTS[eqn.name](eqn.out_avals, **params)
     ctx = RuleContext(in_avals, out_avals, self.tg_device, self)
     out = RULES[eqn.name](ctx, *inputs, **params)
-    return out if eqn.primitive.multiple_results else [out]
+    out = out if eqn.primitive.multiple_results else [out]
+    if eqn.name in KEY_LAYOUTS:  # moves values: nothing to round
+      return out
+    # NB: a 16-bit float result is rounded here, after each operation as XLA rounds it (see rounding.py)
+    return [t if isinstance(t, np.ndarray) or t.dtype not in rounding.ROUNDED else rounding.rounded(t) for t in out]
 
   def capturable(self, closed_jaxpr) -> bool:
     """Whether TinyJit can capture runs of a ClosedJaxpr (a loop body): wholly native, and no host reads."""
@@ -209,7 +234,7 @@ class TinygradBackend(Backend):
       # NB: TUPLE_ORDER=0: tinygrad's linearizer otherwise breaks priority ties by comparing whole expression
       # trees (UOp.tuplize), which is exponential in the depth of an expression that reuses its operands
       # (50 steps of `x = sin(x) * a + b - x * c` took 150 s to compile, 2 s without)
-      with Context(PARALLEL=0, TUPLE_ORDER=0):
+      with Context(PARALLEL=0, TUPLE_ORDER=0, **self.contexts):
         return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
       message = (f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
@@ -240,6 +265,21 @@ class TinygradBackend(Backend):
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
+
+
+@contextlib.contextmanager
+def _compiler_messages_silenced():
+  """NB: a compiler that rejects a probed dtype (clang 14 and __bf16) prints its errors on the process's stderr, which
+  the user would see at the first use of that dtype: the probe's stderr goes nowhere."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
 
 
 @functools.cache
