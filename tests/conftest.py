@@ -1,11 +1,57 @@
 import os
 import tempfile
+import zlib
 
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # TINYJAX_BACKEND=auto remembers its measurements: the tests' go to a directory of their own, not the user's cache
 os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix="tinyjax-tests-"), "auto.json"))
+
+# The device leg: the tests of these files run again on CL and WEBGPU (scripts/test.sh: `pytest --device CL -m
+# device`), covering every rule family, transfers, mixed fallback segments, the float64 policy and the models.
+# NB: to keep the whole suite under 25 minutes on 2 cores (POCL compiles a kernel 2-3x slower than clang), a
+# file's number k keeps about one case in k of each parametrized test: those whose id hashes to 0 mod k, and the
+# first (so each test function runs). A hash, not a stride: a stride over a grid of ops x dtypes drops whole dtypes.
+DEVICE_LEG: dict[str, int] = {
+  "tests/backends/test_elementwise.py": 2,
+  "tests/backends/test_reduction.py": 2,
+  "tests/backends/test_shape.py": 3,
+  "tests/backends/test_contraction.py": 2,
+  "tests/backends/test_indexing.py": 2,
+  "tests/backends/test_sorting.py": 1,
+  "tests/backends/test_control_flow.py": 1,
+  "tests/backends/test_random.py": 3,
+  "tests/backends/test_special.py": 1,
+  "tests/backends/test_linalg.py": 3,
+  "tests/test_float64.py": 1,
+  "tests/test_models.py": 1,
+  "tests/test_native_models.py": 1,
+  "tests/test_devices.py": 1,
+}
+
+
+def pytest_addoption(parser):
+  parser.addoption("--device", default="CPU",
+                   help="the tinygrad device the tests run on (TINYJAX_DEVICE): CPU (default), CL, WEBGPU, CUDA, ...")
+
+
+def pytest_configure(config):
+  # NB: set before collection, so that the expected-failure table (tests/xfail.py) is read for this device
+  os.environ["TINYJAX_DEVICE"] = config.getoption("--device")
+
+
+def pytest_collection_modifyitems(config, items):
+  root = str(config.rootpath)
+  seen: set[tuple[str, str]] = set()  # (file, test function)
+  for item in items:
+    path = os.path.relpath(str(item.path), root)
+    if path not in DEVICE_LEG:
+      continue
+    first = (path, item.originalname) not in seen
+    seen.add((path, item.originalname))
+    if first or zlib.crc32(item.name.encode()) % DEVICE_LEG[path] == 0:
+      item.add_marker(pytest.mark.device)
 
 
 @pytest.fixture(autouse=True)

@@ -210,12 +210,23 @@ def test_scipy_qr_pivoting(shape, mode):
   param([[1, 2], [np.nan, 3], [4, 5]], name="qr pivoting", id="NaN"),  # a NaN norm first is kept, as idamax does
   param([[1, 2], [3, np.nan], [4, 5]], name="qr pivoting", id="NaN later"),
   param([[1, 2], [np.inf, 3], [4, 5]], name="qr pivoting", id="inf"),
-  # every column's norm is 3; after the first step two downdated norms are equal in exact arithmetic
-  param([[1, 2, 2, 0], [2, 0, 1, 2], [2, 1, 0, 2], [0, 2, 2, 1]], name="qr pivoting, downdated norms tie",
-        id="downdated tie"),
 ])
 def test_scipy_qr_pivoting_special(a):
   close(lambda np_, x: SCIPY[np_].qr(x, pivoting=True), np.array(a, np.float32))
+
+
+def test_scipy_qr_pivoting_downdated_tie():
+  """Every column's norm is 3; after the first step two downdated norms are equal in exact arithmetic, so which
+  one LAPACK picks depends on its rounding of the moment (it differs between machines of one kind). The result is
+  checked for what holds either way: a valid pivoted factorization whose first pivot and |R| diagonal match JAX's."""
+  a = np.array([[1, 2, 2, 0], [2, 0, 1, 2], [2, 1, 0, 2], [0, 2, 2, 1]], np.float32)
+  q, r, p = (np.asarray(v) for v in tinyjax.scipy.linalg.qr(tnp.asarray(a), pivoting=True))
+  _, r_jax, p_jax = (np.asarray(v) for v in jax.scipy.linalg.qr(a, pivoting=True))
+  assert sorted(p.tolist()) == [0, 1, 2, 3] and p[0] == p_jax[0]
+  np.testing.assert_allclose(q @ r, a[:, p], atol=ATOL)
+  np.testing.assert_allclose(q.T @ q, np.eye(4), atol=ATOL)
+  np.testing.assert_array_equal(np.tril(r, -1), 0)
+  np.testing.assert_allclose(np.abs(np.diag(r))[:2], np.abs(np.diag(r_jax))[:2], rtol=RTOL)
 
 
 def test_qr_raw():

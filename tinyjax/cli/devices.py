@@ -11,10 +11,21 @@ from typing import Annotated
 
 import typer
 
+from tinyjax.backends.tinygrad.runtimes import locate_dawn
+
 # NB: tinygrad.device.ALL_DEVICES omits the emulator and the null device, which DEV can still select
 EXTRA_TINYGRAD_DEVICES = {"PYTHON": "pure-Python emulator, slow",
                           "NULL": "computes nothing; measures tinygrad's overhead"}
 XLA_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+# what makes a device work on a Debian-like machine, said where the device is unavailable
+INSTALL_HINTS = {
+  "CPU": "install clang (Debian: apt-get install clang)",
+  "CL": "install an OpenCL driver: your GPU vendor's, or POCL for the CPU (Debian: apt-get install "
+        "pocl-opencl-icd ocl-icd-libopencl1)",
+  "WEBGPU": "pip install 'tinyjax[webgpu]' (the Dawn library) and a Vulkan driver (Debian: apt-get install "
+            "mesa-vulkan-drivers libvulkan1)",
+  "CUDA": "install NVIDIA's driver and CUDA toolkit (libcuda, nvrtc)",
+}
 
 
 @dataclasses.dataclass
@@ -28,6 +39,7 @@ class DeviceInfo:
   kind: str = ""  # why unavailable, in short: missing library, no compiler, no GPU, disabled, error
   reason: str = ""
   note: str = ""
+  hint: str = ""  # how to make an unavailable device work
 
 
 def _messages(error: BaseException) -> list[str]:
@@ -71,7 +83,8 @@ def tinygrad_device_names() -> list[str]:
 
 def probe_tinygrad(name: str) -> DeviceInfo:
   from tinygrad import Device
-  info = DeviceInfo("tinygrad", name, False, note=EXTRA_TINYGRAD_DEVICES.get(name, ""))
+  locate_dawn()
+  info = DeviceInfo("tinygrad", name, False, note=EXTRA_TINYGRAD_DEVICES.get(name, ""), hint=INSTALL_HINTS.get(name, ""))
   try:
     device = Device[name]
     info.renderer = device._renderer_name(type(device.renderer))
@@ -143,7 +156,7 @@ def all_devices() -> list[DeviceInfo]:
 def _line(info: DeviceInfo) -> str:
   mark = "*" if info.default else " "
   if not info.available:
-    detail = f"{info.kind}: {info.reason}"
+    detail = f"{info.kind}: {info.reason}" + (f" -> {info.hint}" if info.hint else "")
   else:
     detail = f"{'renderer' if info.backend == 'tinygrad' else 'kind'} {info.renderer}"
     if others := [r for r, status in info.renderers.items() if r != info.renderer and status == "ok"]:

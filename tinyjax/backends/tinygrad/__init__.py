@@ -8,6 +8,7 @@ import os
 import subprocess
 import warnings
 
+import ml_dtypes
 import numpy as np
 
 from tinyjax import config
@@ -22,6 +23,9 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
+from tinyjax.backends.tinygrad.runtimes import locate_dawn
+
+locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -32,12 +36,16 @@ class Plan:
   jittable: bool  # wholly native and no host reads: TinyJit can capture it
 
 
+# NB: NumPy's buffer protocol cannot carry these (bfloat16 is its 'E'): their bits cross as unsigned ints of their width
+_CARRIED_AS_BITS = {np.dtype(ml_dtypes.bfloat16): np.dtype(np.uint16)}
 OLD_NAMES = {"CLANG": "CPU", "GPU": "CL", "LLVM": "CPU:LLVM"}  # NB: tinygrad renamed these devices
 
 
 def canonical(device: str) -> str:
+  """tinygrad's name of a device string: old names renamed, upper case, no ":0" (CLANG, cpu:0 and CPU are "CPU")."""
   head, sep, tail = device.upper().partition(":")
-  return OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+  name = OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+  return name.removesuffix(":0")
 
 
 def available_devices() -> list[Device]:
@@ -61,21 +69,31 @@ class TinygradBackend(Backend):
                                 f"{available}") from None
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
-    self._supports: dict = {}
     _share_compile_cache_across_threads()
 
   # --- moving data
   def put(self, host):
+    """A host array (any layout, read-only or not, 0-d or empty) as a buffer on this device.
+
+    NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
+    read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
     from tinygrad import Tensor
-    host = np.require(host, requirements="C")  # NB: np.ascontiguousarray makes a 0-d array 1-d
-    if not self.supports_dtype(host.dtype):  # NB: e.g. bfloat16 under clang 14: only XLA segments read it
+    host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
+    if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
-    if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around
-      return Tensor(host.reshape(1), device=self.tg_device).realize().reshape(())
-    return Tensor(host, device=self.tg_device).realize()
+    if host.dtype in _CARRIED_AS_BITS:  # NB: a bitcast on the device would be a kernel, which may flush subnormals
+      tensor = Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device)
+    else:
+      tensor = Tensor(host.reshape(host.shape or (1,)), device=self.tg_device)
+    return tensor.realize().reshape(host.shape)
 
   def get(self, buffer):
-    return buffer if isinstance(buffer, np.ndarray) else buffer.realize().numpy()
+    if isinstance(buffer, np.ndarray):
+      return buffer
+    for host_dtype, carrier in _CARRIED_AS_BITS.items():
+      if buffer.dtype == tg_dtype(host_dtype):
+        return buffer.bitcast(tg_dtype(carrier)).numpy().view(host_dtype)
+    return buffer.numpy()
 
   def wait(self, buffer):
     from tinygrad import Device
@@ -172,7 +190,7 @@ class TinygradBackend(Backend):
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) or isinstance(t, np.ndarray) else t.contiguous()
               for a, t in zip(program.outputs, lazy(inputs))]
-      return _realize(outs)
+      return _realize(outs, self.tg_device)
 
     runner = _Replayed(run, lazy, program, self.const) if plan.jittable else run
     compiled = Compiled(None, plan.counts, plan.segments, plan.bytes_crossed)
@@ -269,18 +287,19 @@ def _compile_failures() -> tuple:
 _TINYGRAD_COMPILE_FAILURES = _compile_failures()
 
 
-def _realize(outs: list) -> list:
-  """Realize the outputs together; each becomes a device buffer (or a view of one)."""
+def _realize(outs: list, device: str) -> list:
+  """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
   from tinygrad import Tensor
   from tinygrad.uop.ops import Ops
   tensors = [t for t in outs if isinstance(t, Tensor)]  # the others are host arrays of dtypes the device lacks
   if pending := [t for t in tensors if not t.uop.is_realized]:
     Tensor.realize(*pending)
-  # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer; a Value needs a buffer
+  # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer and no device; a Value needs a buffer,
+  # on the backend's device (a plain clone would go to tinygrad's default device)
   if folded := [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base.op is not Ops.BUFFER]:
     outs = list(outs)
     for i in folded:
-      outs[i] = outs[i].clone()
+      outs[i] = outs[i].clone(device=device)
     Tensor.realize(*(outs[i] for i in folded))
   return outs
 
