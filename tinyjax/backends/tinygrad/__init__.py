@@ -208,14 +208,16 @@ class TinygradBackend(Backend):
       return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
     plan = self.plan(program)
 
+    def lazy(inputs):
+      return self._execute(program, plan.steps, inputs)
+
     def run(inputs):
-      outs = self._execute(program, plan.steps, inputs)
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) or isinstance(t, np.ndarray) else t.contiguous()
-              for a, t in zip(program.outputs, outs)]
+              for a, t in zip(program.outputs, lazy(inputs))]
       return _realize(outs, self.tg_device)
 
-    runner = _Replayed(run, program, self.const) if plan.jittable else run
+    runner = _Replayed(run, lazy, program, self.const) if plan.jittable else run
     compiled = Compiled(None, plan.counts, plan.segments, plan.bytes_crossed)
     compiled.run = functools.partial(self._run_or_rescue, compiled, runner, program)
     return compiled
@@ -354,47 +356,76 @@ def _closed_jaxprs_in(params) -> list:
 
 
 class _Replayed:
-  """Runs a wholly native program under TinyJit: run plainly first, captured on the second call, replayed after.
+  """Runs a wholly native program: plainly first, captured by TinyJit on the second call, and replayed after that
+  by running the captured kernels directly on the inputs' buffers.
 
-  NB: TinyJit returns the same output buffers on every replay, so computed outputs are copied out; program
-  outputs that are inputs or constants never go through the jit.
+  NB: the computed outputs are inputs of the capture too: each is assigned into a buffer passed in, so that at
+  every replay the kernels write the outputs straight into fresh buffers (TinyJit's own replay hands out the same
+  buffers every time, which had to be copied out). Outputs that are inputs or constants are not computed; outputs
+  of size zero have no buffer. A replay skips TinyJit's checks of its inputs: the program cache key fixes their
+  avals, every input is a whole buffer (or a reshape of one) on this backend's device, and the kernels never
+  write an input, so two inputs may share a buffer.
   """
 
-  def __init__(self, run, program, const):
-    from tinygrad import TinyJit
-    self.run, self.program, self.const = run, program, const
+  def __init__(self, run, lazy, program, const):
+    self.run, self.lazy, self.program, self.const = run, lazy, program, const
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
-    self.jit = TinyJit(self._computed_outputs)
-    self.broken = not self.computed
-
-  def _computed_outputs(self, *inputs) -> tuple:
-    from tinygrad import Tensor
-    results = self.run(list(inputs))
-    outs = [results[i] for i in self.computed]
-    # NB: an output that is a view of an input (x.reshape(...)) is copied: TinyJit replays kernels only, so a
-    # replay would return the view of the captured run's input
-    inputs_bases = {t.uop.base for t in inputs if isinstance(t, Tensor)}
-    views = [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base in inputs_bases]
-    for i in views:
-      outs[i] = outs[i].clone()
-    if views:
-      Tensor.realize(*(outs[i] for i in views))
-    return tuple(outs)
+    self.calls = 0
+    self.broken = not self.computed  # nothing to capture, or TinyJit refused the capture: runs plainly
+    self.written: list[int] = []  # computed outputs of nonzero size, written by the kernels into fresh buffers
+    self.specs: list[tuple] = []  # (shape, size, dtype, device) of each written output
+    self.empty: dict[int, object] = {}  # computed outputs of size zero: the first run's (they hold no data)
+    self.linear = None  # the captured kernels, with the inputs' and the written outputs' buffers as parameters
 
   def __call__(self, inputs):
-    from tinygrad import Tensor
-    from tinygrad.engine.jit import JitError, _copy_input
+    if self.linear is not None:
+      return self._replay(inputs)
     if self.broken:
       return self.run(inputs)
+    self.calls += 1
+    return self._first_run(inputs) if self.calls == 1 else self._capture(inputs)
+
+  def _first_run(self, inputs):
+    outs = self.run(inputs)
+    for i in self.computed:
+      if outs[i].numel():
+        self.written.append(i)
+        self.specs.append((outs[i].shape, outs[i].numel(), outs[i].dtype, outs[i].device))
+      else:
+        self.empty[i] = outs[i]
+    self.broken = not self.written
+    return outs
+
+  def _capture(self, inputs):
+    from tinygrad import Tensor, TinyJit
+    from tinygrad.engine.jit import JitError
+    jit = TinyJit(self._assign_outputs)
+    targets = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, _, dtype, device in self.specs]
     try:
-      computed = self.jit(*inputs)
-    except JitError:  # e.g. two inputs on one buffer, or nothing to capture
+      for _ in range(2):  # NB: TinyJit runs the function plainly on its first call, and captures it on the second
+        jit(*inputs, *targets)
+    except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
       self.broken = True
       return self.run(inputs)
-    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
-            for a in self.program.outputs]
-    for i, tensor in zip(self.computed, computed):
-      # NB: a zero-size output has no buffer to copy (tinygrad asserts on allocating 0 bytes)
-      outs[i] = Tensor(_copy_input(tensor.uop.base)).reshape(tensor.shape) if tensor.numel() else tensor
+    self.linear = jit.captured.linear
+    return self._replay(inputs)
+
+  def _assign_outputs(self, *buffers):
+    outs = self.lazy(list(buffers[:self.n_inputs]))
+    return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
+
+  def _replay(self, inputs):
+    from tinygrad import Tensor
+    from tinygrad.engine.realize import run_linear
+    from tinygrad.uop.ops import Ops, UOp
+    bases = [t.uop.base for t in inputs]
+    if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
+      return self.run(inputs)
+    targets = [UOp.new_buffer(device, size, dtype) for _, size, dtype, device in self.specs]
+    run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
+    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else self.empty.get(i)
+            for i, a in enumerate(self.program.outputs)]
+    for i, target, (shape, *_) in zip(self.written, targets, self.specs):
+      outs[i] = Tensor(target.reshape(shape))
     return outs
