@@ -19,7 +19,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 from oracle import assert_like_jax
-from tinyjax.backends import base
+from tinyjax.backends import selection
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 
 _FILE = os.path.abspath(__file__)
@@ -270,7 +270,7 @@ def test_report_accumulates_over_the_process():
 
 
 def test_fallback_policy_xla_runs_silently(monkeypatch):
-  monkeypatch.setattr(base, "_warned", set())
+  monkeypatch.setattr(selection, "_warned", set())
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     result = _spectrum(tnp, np.ones(8, np.float32))
@@ -279,7 +279,7 @@ def test_fallback_policy_xla_runs_silently(monkeypatch):
 
 def test_fallback_policy_warn(monkeypatch):
   monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
-  monkeypatch.setattr(base, "_warned", set())
+  monkeypatch.setattr(selection, "_warned", set())
   x = np.ones(8, np.float32)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -299,7 +299,7 @@ def _spectrum_line():
 
 def test_fallback_policy_warn_points_at_the_callers_line(monkeypatch):
   monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
-  monkeypatch.setattr(base, "_warned", set())
+  monkeypatch.setattr(selection, "_warned", set())
   a = tnp.eye(3)
   with pytest.warns(RuntimeWarning, match="eigh") as caught:
     line = sys._getframe().f_lineno + 1

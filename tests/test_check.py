@@ -10,7 +10,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 from tinyjax import check
-from tinyjax.backends import base
+from tinyjax.backends import selection
 from tinyjax.backends.tinygrad import TinygradBackend
 from tinyjax.backends.tinygrad.table import RULES
 from tinyjax.backends.xla import XlaBackend
@@ -27,7 +27,7 @@ def own_backend(monkeypatch, request):
   """A tinygrad CPU backend of the test's own, so that no program compiled (and captured by TinyJit) by another
   test replays here, with or without a patched rule."""
   name = f"check:{request.node.name}"
-  monkeypatch.setitem(base._backends, ("tinygrad", name), TinygradBackend("CPU"))
+  monkeypatch.setitem(selection._backends, ("tinygrad", name), TinygradBackend("CPU"))
   with tinyjax.default_device(name):
     yield
 

@@ -10,7 +10,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.random
-from tinyjax.backends import base
+from tinyjax.backends import selection
 from tinyjax.backends.tinygrad import TinygradBackend
 
 from oracle import check
@@ -33,7 +33,7 @@ def no_float64(x64, monkeypatch, request):
   has = TinygradBackend.supports_dtype
   monkeypatch.setattr(backend, "supports_dtype", lambda dtype: dtype != np.float64 and has(backend, dtype))
   name = f"no-float64:{request.node.name}"
-  monkeypatch.setitem(base._backends, ("tinygrad", name), backend)
+  monkeypatch.setitem(selection._backends, ("tinygrad", name), backend)
   with tinyjax.default_device(name):
     yield
 

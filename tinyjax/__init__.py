@@ -1,19 +1,32 @@
-"""tinyjax: JAX's API on tinygrad's devices, with XLA for what tinygrad cannot run yet."""
+"""tinyjax: JAX's API on tinygrad's devices, with XLA for what tinygrad cannot run yet.
+
+Every public name of `jax` is here (tinyjax.identity): tinyjax's own where it computes differently (the
+transformations, devices, device_put, Array, config) and JAX's own object otherwise. `tinyjax.numpy`,
+`tinyjax.lax`, `tinyjax.random`, `tinyjax.nn`, ... are made from JAX's modules on first use.
+"""
+import jax as _jax
+
 from tinyjax import config
-from tinyjax.backends.base import Device, DeviceNotFoundError, FallbackError, Float64Error, devices
+from tinyjax import identity as _identity
+from tinyjax.backends.base import Device, DeviceNotFoundError, FallbackError, Float64Error
+from tinyjax.backends.selection import devices
 from tinyjax.check import CheckError
 from tinyjax.config import default_device
-from tinyjax.core import interop  # noqa: F401  (JAX accepts tinyjax Arrays)
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import flush
+from tinyjax.core.mirror import mirror as _mirror
+from tinyjax.core.report import report
 from tinyjax.decorator import tiny
-from tinyjax.report import explain, report
 from tinyjax.transfer import device_get, device_put
-from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, grad, hessian, jacfwd, jacobian,
-                                jacrev, jit, jvp, linearize, make_jaxpr, remat, value_and_grad, vjp, vmap)
-from jax import tree_util  # noqa: E402  (Arrays are pytree leaves; the tree utilities are JAX's own)
+from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, explain, grad, hessian, jacfwd,
+                                jacobian, jacrev, jit, jvp, linearize, make_jaxpr, remat, value_and_grad, vjp, vmap)
 
-__all__ = ["Array", "CheckError", "Device", "DeviceNotFoundError", "FallbackError", "Float64Error", "config",
-           "default_device", "devices", "device_get", "device_put", "explain", "flush", "report", "checkpoint", "custom_jvp", "custom_vjp",
-           "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize", "make_jaxpr",
-           "remat", "tiny", "tree_util", "value_and_grad", "vjp", "vmap"]
+# tinyjax's own names: they differ from JAX's where they are JAX's (tests/test_identity.py says why)
+OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "FallbackError", "Float64Error", "config",
+       "default_device", "devices", "device_get", "device_put", "explain", "flush", "report", "checkpoint",
+       "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+       "linearize", "make_jaxpr", "remat", "tiny", "value_and_grad", "vjp", "vmap"]
+__all__ = sorted(set(OWN) | {name for name in dir(_jax) if not name.startswith("_")})
+
+# every other public name of jax: its submodules as tinyjax modules, the rest JAX's own objects
+__getattr__, __dir__ = _mirror(globals(), _jax, computing=False)

@@ -15,7 +15,7 @@ import functools
 import jax
 import numpy as np
 
-from tinyjax.backends.base import current_backend
+from tinyjax.backends.selection import current_backend
 
 
 def _is_tensor(x) -> bool:

@@ -2,7 +2,8 @@
 import jax
 import numpy as np
 
-from tinyjax.backends.base import Device, backend_for, current_backend
+from tinyjax.backends.base import Device
+from tinyjax.backends.selection import backend_for, current_backend
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import Value
 from tinyjax.core.tracing import _host_aval

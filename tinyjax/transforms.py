@@ -8,7 +8,7 @@ import functools
 
 import jax
 
-from tinyjax.core import buffer, tracing
+from tinyjax.core import buffer, report, tracing
 from tinyjax.core.array import Array
 
 
@@ -123,3 +123,15 @@ class custom_vjp(jax.custom_vjp):  # noqa: N801  (JAX's name)
 
   def __call__(self, *args, **kwargs):
     return tracing.call(_call_as, (jax.custom_vjp, self, *args), kwargs)
+
+
+def explain(fn):
+  """`explain(f)(*args)` runs f, waits for its results and returns the Report of what that call ran where."""
+  @functools.wraps(fn)
+  def explained(*args, **kwargs):
+    with report.collecting() as scope:
+      out = fn(*args, **kwargs)
+      buffer.flush()
+      jax.tree_util.tree_map(lambda x: x.block_until_ready() if hasattr(x, "block_until_ready") else x, out)
+    return scope
+  return explained

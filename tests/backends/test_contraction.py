@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 from oracle import check, check_lax, check_traced
-from tinyjax.report import collecting
+from tinyjax.core.report import collecting
 from xfail import param
 
 # float32 (and float16) sums of products run in another order than XLA's: allow a few ulp of the sum's terms.

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from tinyjax import config
-from tinyjax.backends.base import Backend, Compiled, backend_for
+from tinyjax.backends.base import Backend, Compiled
 
 _TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last two are timed (tinygrad: the first
 # run compiles, the second is captured by TinyJit, the third replays; XLA: the first compiles)
@@ -28,9 +28,8 @@ _TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last
 class AutoBackend(Backend):
   name = "auto"
 
-  def __init__(self, device: str):
-    self.tinygrad = backend_for("tinygrad", device)
-    self.xla = backend_for("xla", "")
+  def __init__(self, tinygrad: Backend, xla: Backend):
+    self.tinygrad, self.xla = tinygrad, xla
     self.device = self.tinygrad.device
     self._choices = _Choices(os.path.expanduser(config.validated("auto_cache")))
 

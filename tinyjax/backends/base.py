@@ -1,19 +1,15 @@
-"""The backend interface, the choice of backend and device, and the fallback policy.
+"""The backend interface: what every backend implements, and the errors of the fallback policy.
 
 A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
-equation (`supports`) and compiles a flushed Program into a runner (`compile`). The backend in effect is
-chosen at each flush from the settings (tinyjax.config), so a setting changed at run time is honoured.
+equation (`supports`) and compiles a flushed Program into a runner (`compile`). Which backend is in effect, and
+the fallback policy, are in tinyjax.backends.selection (above the concrete backends, which import this module).
 """
 import abc
 import dataclasses
-import threading
-import warnings
 from typing import Callable
 
 import numpy as np
 
-from tinyjax import config
-from tinyjax.backends import float64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,47 +85,6 @@ class DeviceNotFoundError(RuntimeError):
   """Raised when the requested device is unknown or unusable here; the message lists the devices that work."""
 
 
-_backends: dict[tuple[str, str], Backend] = {}
-_lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
-
-
-def current_backend() -> Backend:
-  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device)."""
-  return backend_for(config.validated("backend"), config.get("device"))
-
-
-def backend_for(name: str, device: str) -> Backend:
-  key = (name, device)
-  backend = _backends.get(key)
-  if backend is None:
-    with _lock:
-      backend = _backends.get(key) or _backends.setdefault(key, _make(*key))
-  return backend
-
-
-def _make(name: str, device: str) -> Backend:
-  if name == "xla":
-    from tinyjax.backends.xla import XlaBackend
-    return XlaBackend(device)
-  if name == "auto":
-    from tinyjax.backends.auto import AutoBackend
-    return AutoBackend(device)
-  from tinyjax.backends.tinygrad import TinygradBackend
-  return TinygradBackend(device)
-
-
-def devices(backend: str | None = None) -> list[Device]:
-  """The devices of a backend that work on this machine (the backend in effect by default; auto: tinygrad's)."""
-  name = backend or config.validated("backend")
-  if name == "xla":
-    from tinyjax.backends.xla import available_devices
-  else:
-    from tinyjax.backends.tinygrad import available_devices
-  return available_devices()
-
-
-# --- the fallback policy
-
 class FallbackError(NotImplementedError):
   """An equation has no native rule on the chosen device, and TINYJAX_FALLBACK=error."""
 
@@ -138,32 +93,3 @@ class Float64Error(FallbackError):
   """An equation computes in float64 (jax_enable_x64) on a device without float64, and TINYJAX_F64=error.
 
   A FallbackError: the equation cannot run natively as asked; the message says how to run it anyway."""
-
-
-_warned: set[str] = set()
-
-
-def check_fallback(backend: Backend, eqns, source: str) -> None:
-  """Apply TINYJAX_F64 and TINYJAX_FALLBACK to equations about to be buffered: raise or warn at the user's call."""
-  policy = config.validated("fallback")
-  f64_policy = config.validated("f64") if float64.lacks_float64(backend) else None
-  if policy == "xla" and f64_policy != "error" or backend.name == "xla":
-    return
-  for eqn in eqns:
-    if f64_policy is not None and float64.uses_float64(eqn):
-      if f64_policy == "error":
-        raise Float64Error(f"{eqn.name} computes in float64, which {backend.device!r} lacks. Called at {source}. "
-                           "Set TINYJAX_F64=downcast to compute it in float32 (arrays stay float64), disable "
-                           "jax_enable_x64, or run it on XLA (TINYJAX_BACKEND=xla)")
-      eqn = float64.narrow_eqn(eqn) or eqn  # downcast: the float32 equation is what runs
-    if backend.supports(eqn):
-      continue
-    dtypes = ", ".join(sorted({str(a.dtype) for a in eqn.in_avals + eqn.out_avals}))
-    message = (f"{eqn.name} ({dtypes}) has no native rule on {backend.device!r}; it would run on XLA. "
-               f"Called at {source}")
-    if policy == "error":
-      raise FallbackError(message + " (TINYJAX_FALLBACK=error)")
-    if eqn.name not in _warned:
-      _warned.add(eqn.name)
-      filename, _, line = source.rpartition(":")
-      warnings.warn_explicit(message, RuntimeWarning, filename, int(line) if line.isdigit() else 0)

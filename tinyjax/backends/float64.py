@@ -2,7 +2,7 @@
 
 Where the device computes float64 (tinygrad's CPU does; `supports_dtype` probes), float64 is computed in float64 and
 this policy is never consulted. Elsewhere:
-- "error" (the default): the call that would compute in float64 raises `Float64Error` (`base.check_fallback`);
+- "error" (the default): the call that would compute in float64 raises `Float64Error` (`selection.check_fallback`);
 - "downcast": the flushed program is rewritten with float32 in place of float64 (avals, dtype params, constants and
   the jaxprs of control-flow primitives) and runs natively; arrays stay float64 to the user, their values converted
   on the way in and out.
@@ -20,6 +20,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params, primitives
 
 from tinyjax import config
+from tinyjax.backends.base import wrap_compiled
 from tinyjax.core.program import CALL_PARAMS, Const, Eqn, Program
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -89,7 +90,6 @@ def downcast(program: Program) -> Program:
 def widened(backend, compiled, program: Program):
   """`compiled`, the downcast `program`, run on `program`'s buffers: float64 inputs (host arrays, which is how the
   backend keeps a dtype its device lacks) enter as float32, float64 outputs leave as float64 host arrays."""
-  from tinyjax.backends.base import wrap_compiled  # (base imports this module)
   avals = dict(enumerate(program.in_avals))
   avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
   wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype == F64}

@@ -95,7 +95,8 @@ def _check_settings() -> None:
   about a second, which a script that never flushes should not pay.
   """
   from tinyjax import config
-  from tinyjax.backends.base import DeviceNotFoundError, current_backend
+  from tinyjax.backends.base import DeviceNotFoundError
+  from tinyjax.backends.selection import current_backend
   try:
     for name in config.SETTINGS:
       config.validated(name)
@@ -207,7 +208,7 @@ def run(
     # NB: an option tinyjax does not know, before any script, lands here (typer passes unknown options on)
     raise _refuse(f"no such option: {script}" if script.startswith("-")
                   else f"can't open file {script!r}: no such file")
-  from tinyjax.report import collecting
+  from tinyjax.core.report import collecting
   first_path = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
   with _as_python_would([script or module, *args], first_path):
     own_file = os.path.abspath(script) if script else _module_file(module)

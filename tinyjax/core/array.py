@@ -55,13 +55,28 @@ _METHODS = ["all", "any", "argmax", "argmin", "argpartition", "argsort", "astype
 _PROPERTIES = ["T", "mT", "real", "imag"]
 
 
-class Array:
-  """A lazy array on a tinyjax backend (tinygrad by default), with jax.Array's interface."""
-  __slots__ = ("_value", "__weakref__")
+class Array(jax.Array):
+  """A lazy array on a tinyjax backend (tinygrad by default): a jax.Array (tinyjax.identity tells JAX how to read
+  it), computed by tinyjax when tinyjax's functions are applied to it."""
+  __slots__ = ("_value", "_jax", "__weakref__")
   __array_priority__ = 100  # NumPy defers binary operators to us
 
   def __init__(self, value):
     self._value = value
+    self._jax = None  # the value as JAX's own array, made when JAX's code first reads it
+
+  def _as_jax(self):
+    """This Array as a concrete JAX array, made once: the value is immutable, so JAX's functions applied to it again
+    (jax.numpy, jax.jit-compiled code) find it on JAX's device without another trip through the host."""
+    if self._jax is None:
+      host = self._value.to_host()
+      if keys.is_key(self.dtype):
+        self._jax = keys.wrap(host, self.aval)
+      elif self.weak_type and self.ndim == 0:
+        self._jax = jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
+      else:
+        self._jax = jax.device_put(host)
+    return self._jax
 
   # --- what is known without running anything
   @property
@@ -78,7 +93,7 @@ class Array:
 
   @property
   def device(self):
-    from tinyjax.backends.base import current_backend
+    from tinyjax.backends.selection import current_backend
     backend = next(iter(self._value.buffers), None) or current_backend()
     return backend.device
 
@@ -244,6 +259,9 @@ class Array:
   @property
   def at(self):
     return _IndexUpdateHelper(self)
+
+
+tracing.set_array_type(Array)
 
 
 def _host_value(aval, host):

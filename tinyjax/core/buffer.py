@@ -16,7 +16,8 @@ import weakref
 import numpy as np
 from jax.extend.core import Literal
 
-from tinyjax import check, config, report
+from tinyjax import check, config
+from tinyjax.core import report
 from tinyjax.core.program import Builder
 
 
@@ -104,7 +105,7 @@ def track(array) -> None:
 
 def flush(extra=()) -> None:
   """Run every pending value that a live Array (or `extra`) can still read, as one program."""
-  from tinyjax.backends.base import current_backend
+  from tinyjax.backends.selection import current_backend
   with _flush_lock:
     arrays = [a for r in _buffer.pending if (a := r()) is not None]
     _buffer.pending.clear()

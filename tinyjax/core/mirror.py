@@ -2,9 +2,11 @@
 
 A module does `__getattr__, __dir__ = mirror(globals(), jax.numpy, passthrough=...)`. A function is wrapped so that
 it runs through `tracing.call`; ufuncs and index tricks (`r_`, `mgrid`) keep their methods; everything else
-(dtypes, `iinfo`, constants, helpers that return no array) is JAX's own object.
+(dtypes, `iinfo`, constants, helpers that return no array) is JAX's own object. Which JAX modules are mirrored and
+which are JAX's own is decided in tinyjax.identity.
 """
 import functools
+import importlib
 import inspect
 import types
 
@@ -59,6 +61,15 @@ def _index_trick(trick, key):
   return trick[key]
 
 
+def _wrap_factory(factory):
+  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`): what it makes is lazy."""
+  @functools.wraps(factory)
+  def wrapped(*args, **kwargs):
+    made = factory(*args, **kwargs)
+    return wrap(made) if callable(made) else made
+  return wrapped
+
+
 def _mirrored(obj):
   if isinstance(obj, jnp.ufunc):
     return Ufunc(obj)
@@ -71,13 +82,19 @@ def _mirrored(obj):
   return obj
 
 
-def mirror(namespace: dict, jax_module, passthrough=(), overrides=None):
-  """Fill `namespace` (a module's globals) lazily from `jax_module`; returns (__getattr__, __dir__)."""
+def mirror(namespace: dict, jax_module, passthrough=(), overrides=None, factories=(), computing=True):
+  """Fill `namespace` (a module's globals) lazily from `jax_module`; returns (__getattr__, __dir__).
+
+  Functions are wrapped lazily (`computing=False`: every name is JAX's own object), except the names in
+  `passthrough`; `factories` make functions that compute. JAX's submodules (`lax.linalg`, `scipy.stats.norm`) are
+  the tinyjax modules of the same name, so `import tinyjax.lax.linalg` works too (tinyjax.identity makes them)."""
   overrides = overrides or {}
+  if hasattr(jax_module, "__path__"):
+    namespace.setdefault("__path__", [])  # a package: its submodules are found by tinyjax.identity's finder
 
   def __getattr__(name):
     if name.startswith("__"):
-      raise AttributeError(name)
+      raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
     if name in overrides:
       value = overrides[name]
     else:
@@ -85,11 +102,12 @@ def mirror(namespace: dict, jax_module, passthrough=(), overrides=None):
         obj = getattr(jax_module, name)
       except AttributeError:
         raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}") from None
-      if name in passthrough:
+      if isinstance(obj, types.ModuleType) and obj.__name__ == f"{jax_module.__name__}.{name}":
+        value = importlib.import_module(f"{namespace['__name__']}.{name}")
+      elif not computing or name in passthrough:
         value = obj
-      elif isinstance(obj, types.ModuleType):  # e.g. lax.linalg, scipy.stats.norm: mirrored the same way
-        value = types.ModuleType(f"{namespace['__name__']}.{name}", obj.__doc__)
-        value.__getattr__, value.__dir__ = mirror(value.__dict__, obj)
+      elif name in factories:
+        value = _wrap_factory(obj)
       else:
         value = _mirrored(obj)
     namespace[name] = value

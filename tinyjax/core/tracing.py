@@ -22,8 +22,9 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
-from tinyjax.backends.base import check_fallback, current_backend
+from tinyjax.backends.selection import check_fallback, current_backend
 from tinyjax.core import buffer, keys
+from tinyjax.core.report import record_eager
 from tinyjax.core.buffer import Value
 from tinyjax.core.program import program_of
 
@@ -56,14 +57,21 @@ class Scalar:
     self.value = value
 
 
-@functools.cache
-def _array_type() -> type:
-  from tinyjax.core.array import Array  # NB: imported at first use: tinyjax.core.array imports this module
-  return Array
+class _ArrayType:
+  """Placeholder for the class of tinyjax Arrays until tinyjax.core.array (which calls this module) defines it."""
+
+
+Array: type = _ArrayType
+
+
+def set_array_type(array_type: type) -> None:
+  """Called once by tinyjax.core.array: the class `call` wraps its results in (layers go one way: array uses us)."""
+  global Array
+  Array = array_type
 
 
 def is_array(x) -> bool:
-  return isinstance(x, _array_type())
+  return isinstance(x, Array)
 
 
 def _is_leaf(x) -> bool:
@@ -225,7 +233,6 @@ _SCALAR_TYPES = (int, float, complex)
 
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
-  from tinyjax.core.array import Array
   kwargs = kwargs or {}
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
     int_ranges = [jax.numpy.iinfo(a.dtype) for a in args
@@ -243,7 +250,10 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   try:
     traced, dynamic, avals = _trace(fn, treedef, leaves, scalars_dynamic)
   except Exception as error:
-    if not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)):
+    # NB: JAX hands NumPy inputs to NumPy in places (jnp.reshape calls ndarray.reshape): the error of the call as
+    # made is what JAX's own eager call raises
+    if not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)
+            or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
       raise
     traced = None
   if traced is None:  # outside the except block, so that a later error is not chained to this one
@@ -263,15 +273,10 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
 
 
 def to_jax(x):
-  """A tinyjax Array (or anything else) as JAX sees it: Arrays become concrete jax.Arrays."""
+  """A tinyjax Array (or anything else) as JAX sees it: Arrays become concrete jax.Arrays (made once per Array)."""
   if not is_array(x):
     return x.value if isinstance(x, Scalar) else x
-  host = x._value.to_host()
-  if keys.is_key(x.dtype):
-    return keys.wrap(host, x.aval)
-  if x.weak_type and x.ndim == 0:
-    return jax.numpy.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
-  return jax.device_put(host)
+  return x._as_jax()
 
 
 def _defer(fn, treedef, leaves):
@@ -281,8 +286,6 @@ def _defer(fn, treedef, leaves):
 
 def _eager(fn, treedef, leaves):
   """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back."""
-  from tinyjax.core.array import Array
-  from tinyjax.report import record_eager  # NB: `tinyjax.report` is also the name of the function report()
   record_eager(getattr(fn, "__name__", repr(fn)))
   result = _defer(fn, treedef, leaves)
 

@@ -68,7 +68,8 @@ class TinygradBackend(Backend):
   # --- moving data
   def put(self, host):
     from tinygrad import Tensor
-    host = np.require(host, requirements="C")  # NB: np.ascontiguousarray makes a 0-d array 1-d
+    # NB: np.ascontiguousarray makes a 0-d array 1-d; writable, as CL copies in only from a writable buffer
+    host = np.require(host, requirements=["C", "W"])
     if not self.supports_dtype(host.dtype):  # NB: e.g. bfloat16 under clang 14: only XLA segments read it
       return host
     if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around

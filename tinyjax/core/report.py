@@ -1,13 +1,11 @@
 """What ran where: primitives per backend, segments, bytes that crossed between backends, eager JAX calls.
 
-`tinyjax.report()` covers the whole process; `tinyjax.explain(f)(*args)` covers one call of `f`.
+`tinyjax.report()` covers the whole process; `tinyjax.explain(f)(*args)` (tinyjax.transforms) covers one call of `f`.
+The flush (tinyjax.core.buffer) records here; nothing here runs anything.
 """
 import collections
 import contextlib
 import dataclasses
-import functools
-
-import jax
 
 
 @dataclasses.dataclass
@@ -89,16 +87,3 @@ def collecting():
     yield scope
   finally:
     _scopes.remove(scope)
-
-
-def explain(fn):
-  """`explain(f)(*args)` runs f, waits for its results and returns the Report of what that call ran where."""
-  @functools.wraps(fn)
-  def explained(*args, **kwargs):
-    from tinyjax.core.buffer import flush
-    with collecting() as scope:
-      out = fn(*args, **kwargs)
-      flush()
-      jax.tree_util.tree_map(lambda x: x.block_until_ready() if hasattr(x, "block_until_ready") else x, out)
-    return scope
-  return explained
