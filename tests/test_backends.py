@@ -335,3 +335,49 @@ def test_fallback_policy_does_not_apply_on_xla(monkeypatch):
   report = tinyjax.explain(lambda: _spectrum(tnp, np.ones(8, np.float32)))()
   assert set(report.segments) == {"xla"} and report.bytes_crossed == 0
   assert_like_jax(w, jnp.linalg.eigh(jnp.eye(2) * 3)[0])
+
+
+# --- a kernel tinygrad fails to compile
+
+def _failing_compiler(monkeypatch):
+  """Every kernel compiled from now on fails, as clang fails on a kernel it rejects."""
+  from tinygrad.device import CompileError, Compiler
+  backend = selection.current_backend()
+  assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
+
+  def refuse(self, src):
+    raise CompileError("refused by the test")
+  monkeypatch.setattr(Compiler, "compile_cached", refuse)
+
+
+@pytest.mark.parametrize("policy", ["xla", "warn"])
+def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy):
+  monkeypatch.setenv("TINYJAX_FALLBACK", policy)
+  _failing_compiler(monkeypatch)
+  # NB: shapes no other test uses: their kernels are not compiled yet (and a rescued program stays rescued)
+  x = np.linspace(-2, 2, 19 if policy == "xla" else 21, dtype=np.float32)
+  with pytest.warns(RuntimeWarning, match="could not compile a kernel .*sin x1.*XLA runs that program") as caught:
+    line = sys._getframe().f_lineno + 1
+    y = tnp.sin(x) * 3 + 1.5
+    np.asarray(y)
+  assert caught[0].filename == _FILE and caught[0].lineno == line
+  assert_like_jax(y, jnp.sin(x) * 3 + 1.5)
+
+
+def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
+  monkeypatch.setenv("TINYJAX_FALLBACK", "error")
+  _failing_compiler(monkeypatch)
+  x = np.linspace(-2, 2, 23, dtype=np.float32)  # NB: a shape no other test uses: its kernels are not compiled yet
+  flushes = tinyjax.report().primitives
+  line = sys._getframe().f_lineno + 1
+  y = tnp.cos(x) - 4
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no rescue, no warning
+    with pytest.raises(tinyjax.FallbackError, match="could not compile a kernel") as info:
+      np.asarray(y)
+  message = str(info.value)
+  assert "cos x1" in message and "sub x1" in message and f"{_FILE}:{line}" in message
+  assert "refused by the test" in message and "TINYJAX_FALLBACK=error" in message
+  assert not any(backend == "xla" for backend, _ in tinyjax.report().primitives - flushes)
+  monkeypatch.undo()
+  assert_like_jax(y, jnp.cos(x) - 4)  # the value is still pending: with a working compiler, it computes

@@ -6,6 +6,7 @@ Flushes, compiles and primitive counts are read from tinyjax.report(); values ar
 import gc
 import sys
 import tracemalloc
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -203,6 +204,26 @@ def test_long_jit_training_loop_keeps_memory_flat():
   # grow in both halves
   assert min(halves) <= 64 * 1024, f"the Python heap grew in both halves: {halves} bytes"
   assert_like_jax(params, steps(jax.jit(jax.grad(_mlp_loss)), init, 300), rtol=1e-4, atol=1e-5)
+
+
+def test_20000_operation_eager_loop_runs_on_tinygrad(monkeypatch):
+  """20,000 eager operations with no read in between: each flushed program is cut into kernels shallow enough to
+  compile (before, clang refused one nested past 256 brackets and XLA rescued the program, with a warning)."""
+  monkeypatch.setenv("TINYJAX_BACKEND", "tinygrad")
+  before = tinyjax.report().primitives.copy()
+  start = np.linspace(-1, 1, 6, dtype=np.float32)
+  x, expected = tnp.asarray(start), jnp.asarray(start)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # XLA's rescue warns
+    for _ in range(10_000):
+      x = x * 0.999 + 0.5
+    np.asarray(x)
+  ran = tinyjax.report().primitives - before
+  assert ran[("tinygrad", "mul")] == 10_000 and ran[("tinygrad", "add")] == 10_000
+  assert not any(backend == "xla" for backend, _ in ran), ran
+  for _ in range(10_000):
+    expected = expected * 0.999 + 0.5
+  assert_like_jax(x, expected)
 
 
 # --- compiled programs are cached by structure

@@ -14,7 +14,7 @@ from tinyjax import coverage as coverage_table
 from tinyjax.cli.main import app
 
 runner = CliRunner()
-COMMANDS = ("devices", "run", "coverage", "doctor")
+COMMANDS = ("devices", "run", "coverage", "doctor", "export")
 
 # a script that shows what it was given, and exits with the code given as its first argument
 SHOW_ARGV = """

@@ -18,13 +18,14 @@ from tinyjax.core.mirror import mirror as _mirror
 from tinyjax.core.report import report
 from tinyjax.decorator import tiny
 from tinyjax.patch import patch
+from tinyjax.standalone import ExportError, export
 from tinyjax.transfer import device_get, device_put
 from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, explain, grad, hessian, jacfwd,
                                 jacobian, jacrev, jit, jvp, linearize, make_jaxpr, remat, value_and_grad, vjp, vmap)
 
 # tinyjax's own names: they differ from JAX's where they are JAX's (tests/test_identity.py says why)
-OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "FallbackError", "Float64Error", "config",
-       "default_device", "devices", "device_get", "device_put", "explain", "flush", "report", "checkpoint",
+OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "ExportError", "FallbackError", "Float64Error", "config",
+       "default_device", "devices", "device_get", "device_put", "explain", "export", "flush", "report", "checkpoint",
        "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
        "linearize", "make_jaxpr", "patch", "remat", "tiny", "value_and_grad", "vjp", "vmap"]
 __all__ = sorted(set(OWN) | {name for name in dir(_jax) if not name.startswith("_")})

@@ -20,11 +20,16 @@ def current_backend() -> Backend:
 
 
 def backend_for(name: str, device: str) -> Backend:
+  """The one backend `name` of `device`: names of the same device ("CLANG", "cpu", "CPU"; "" for the default) share
+  it, keyed by the device name the backend resolves them to, so that buffers made under one name serve the others."""
   key = (name, device)
   backend = _backends.get(key)
   if backend is None:
     with _lock:
-      backend = _backends.get(key) or _backends.setdefault(key, _make(*key))
+      backend = _backends.get(key)
+      if backend is None:
+        made = _make(name, device)
+        backend = _backends[key] = _backends.setdefault((name, made.device.name), made)
   return backend
 
 

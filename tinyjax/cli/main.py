@@ -1,4 +1,5 @@
-"""The `tinyjax` command: list devices, run scripts on a chosen backend and device, show coverage, check the setup.
+"""The `tinyjax` command: list devices, run scripts on a chosen backend and device, show coverage, check the setup,
+export a function as C or WebGPU.
 
 Each command lives in its own module; this one registers them with their examples. Heavy imports (tinygrad,
 the backends) happen inside the commands.
@@ -7,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from tinyjax.cli import coverage, devices, doctor, run
+from tinyjax.cli import coverage, devices, doctor, export, run
 
 app = typer.Typer(
   name="tinyjax", no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="markdown",
-  help="JAX's API on tinygrad's devices: list the devices, run scripts on them, see what runs natively.",
+  help="JAX's API on tinygrad's devices: list the devices, run scripts on them, see what runs natively, export functions as C or WebGPU.",
   epilog="Run `tinyjax COMMAND --help` for a command's options and examples.")
 
 
@@ -47,6 +48,12 @@ app.command(epilog=_examples(
   "tinyjax doctor --json"))(doctor.doctor)
 
 
+app.command(epilog=_examples(
+  "tinyjax export model.py:predict --to c -o build/          # build/predict.c, build/predict.h",
+  "tinyjax export model.py:predict --to webgpu -o web/       # web/predict.js, web/index.html",
+  "tinyjax export model.py:predict --example-args small_batch --name predict_small"))(export.export)
+
+
 def _version(value: bool):
   if value:
     import importlib.metadata
@@ -57,7 +64,8 @@ def _version(value: bool):
 @app.callback()
 def main(version: Annotated[bool, typer.Option(
   "--version", callback=_version, is_eager=True, help="Print tinyjax's version and exit.")] = False):
-  """JAX's API on tinygrad's devices: list the devices, run scripts on them, see what runs natively."""
+  """JAX's API on tinygrad's devices: list the devices, run scripts on them, see what runs natively, export
+  functions as C or WebGPU."""
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ import os
 import subprocess
 import warnings
 
+import ml_dtypes
 import numpy as np
 
+from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
-from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError, FallbackError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting, special)
+from tinyjax.backends.tinygrad import depth
 from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype,
                                              uses_host_sync)
 from jax.extend.core import ClosedJaxpr
@@ -33,12 +36,16 @@ class Plan:
   jittable: bool  # wholly native and no host reads: TinyJit can capture it
 
 
+# NB: NumPy's buffer protocol cannot carry these (bfloat16 is its 'E'): their bits cross as unsigned ints of their width
+_CARRIED_AS_BITS = {np.dtype(ml_dtypes.bfloat16): np.dtype(np.uint16)}
 OLD_NAMES = {"CLANG": "CPU", "GPU": "CL", "LLVM": "CPU:LLVM"}  # NB: tinygrad renamed these devices
 
 
 def canonical(device: str) -> str:
+  """tinygrad's name of a device string: old names renamed, upper case, no ":0" (CLANG, cpu:0 and CPU are "CPU")."""
   head, sep, tail = device.upper().partition(":")
-  return OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+  name = OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+  return name.removesuffix(":0")
 
 
 def available_devices() -> list[Device]:
@@ -62,22 +69,31 @@ class TinygradBackend(Backend):
                                 f"{available}") from None
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
-    self._supports: dict = {}
     _share_compile_cache_across_threads()
 
   # --- moving data
   def put(self, host):
+    """A host array (any layout, read-only or not, 0-d or empty) as a buffer on this device.
+
+    NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
+    read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
     from tinygrad import Tensor
-    # NB: np.ascontiguousarray makes a 0-d array 1-d; writable, as CL copies in only from a writable buffer
-    host = np.require(host, requirements=["C", "W"])
-    if not self.supports_dtype(host.dtype):  # NB: e.g. bfloat16 under clang 14: only XLA segments read it
+    host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
+    if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
-    if host.ndim == 0:  # NB: tinygrad makes a 0-d NumPy array a constant, with no buffer to pass around
-      return Tensor(host.reshape(1), device=self.tg_device).realize().reshape(())
-    return Tensor(host, device=self.tg_device).realize()
+    if host.dtype in _CARRIED_AS_BITS:  # NB: a bitcast on the device would be a kernel, which may flush subnormals
+      tensor = Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device)
+    else:
+      tensor = Tensor(host.reshape(host.shape or (1,)), device=self.tg_device)
+    return tensor.realize().reshape(host.shape)
 
   def get(self, buffer):
-    return buffer if isinstance(buffer, np.ndarray) else buffer.realize().numpy()
+    if isinstance(buffer, np.ndarray):
+      return buffer
+    for host_dtype, carrier in _CARRIED_AS_BITS.items():
+      if buffer.dtype == tg_dtype(host_dtype):
+        return buffer.bitcast(tg_dtype(carrier)).numpy().view(host_dtype)
+    return buffer.numpy()
 
   def wait(self, buffer):
     from tinygrad import Device
@@ -153,7 +169,7 @@ class TinygradBackend(Backend):
     steps, crossed = [], 0
     for segment in segments:
       if segment.native:
-        steps.append(functools.partial(interpret, segment.eqns, apply=self.apply, const=self.const))
+        steps.append(functools.partial(self._native_step, segment.eqns))
       else:
         crossed += mixed.crossing_bytes(segment, avals)
         steps.append(self._fallback_step(segment, [avals[s] for s in segment.inputs], program.n_slots))
@@ -172,7 +188,7 @@ class TinygradBackend(Backend):
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) or isinstance(t, np.ndarray) else t.contiguous()
               for a, t in zip(program.outputs, outs)]
-      return _realize(outs)
+      return _realize(outs, self.tg_device)
 
     runner = _Replayed(run, program, self.const) if plan.jittable else run
     compiled = Compiled(None, plan.counts, plan.segments, plan.bytes_crossed)
@@ -180,7 +196,8 @@ class TinygradBackend(Backend):
     return compiled
 
   def _run_or_rescue(self, compiled, runner, program, inputs):
-    """Run natively; if tinygrad fails to compile a kernel, run this program on XLA from then on (and say so).
+    """Run natively; if tinygrad fails to compile a kernel, run this program on XLA from then on (and say so), or
+    raise under TINYJAX_FALLBACK=error.
 
     NB: a safety net for tinygrad code-generation bugs (e.g. clang rejecting a generated kernel): the result is
     still JAX's, and the report counts the program's equations as XLA's.
@@ -195,18 +212,24 @@ class TinygradBackend(Backend):
       with Context(PARALLEL=0, TUPLE_ORDER=0):
         return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
+      message = (f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
+                 f"({_summary(program.eqns)}; {type(error).__name__}: {_first_line(error)})")
+      if config.validated("fallback") == "error":
+        raise KernelCompileError(message + " (TINYJAX_FALLBACK=error)") from error
       fn = xla.compile_eqns(program.eqns, range(len(inputs)), program.in_avals, program.outputs, program.n_slots)
       source = program.eqns[-1].source if program.eqns else "<unknown>"
       filename, _, line = source.rpartition(":")
-      warnings.warn_explicit(f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
-                             f"({type(error).__name__}); XLA runs that program instead", RuntimeWarning,
-                             filename, int(line) if line.isdigit() else 0)
+      warnings.warn_explicit(message + "; XLA runs that program instead", RuntimeWarning, filename,
+                             int(line) if line.isdigit() else 0)
       compiled.counts = collections.Counter(("xla", e.name) for e in program.eqns)
       compiled.segments = ["xla"]
       compiled.bytes_crossed = mixed.crossing_bytes(mixed.Segment(False, program.eqns, tuple(range(len(inputs))),
                                                                   ()), dict(enumerate(program.in_avals)))
       compiled.run = lambda inputs: [self.put(np.asarray(x)) for x in fn(*[self.get(t) for t in inputs])]
       return compiled.run(inputs)
+
+  def _native_step(self, eqns, env):
+    interpret(eqns, env, apply=depth.Bounded(self.apply), const=self.const)
 
   def _fallback_step(self, segment, in_avals, n_slots):
     fn = xla.compile_eqns(segment.eqns, segment.inputs, in_avals, segment.outputs, n_slots)
@@ -237,6 +260,23 @@ def _share_compile_cache_across_threads():
     helpers.db_connection()
 
 
+class KernelCompileError(FallbackError):
+  """tinygrad failed to compile a kernel of a flushed program, and TINYJAX_FALLBACK=error (otherwise XLA runs it)."""
+
+
+def _summary(eqns, most: int = 5) -> str:
+  """The primitives of `eqns` and the user's lines that made them, for an error message."""
+  names = collections.Counter(e.name for e in eqns)
+  sources = list(dict.fromkeys(e.source for e in eqns if e.source))
+  return (", ".join(f"{name} x{n}" for name, n in names.most_common(most)) + (", ..." if len(names) > most else "")
+          + "; called at " + (", ".join(sources[:most]) + (", ..." if len(sources) > most else "") or "<unknown>"))
+
+
+def _first_line(error) -> str:
+  text = str(error).strip() or getattr(error, "stderr", None) or ""
+  return (text.decode(errors="replace") if isinstance(text, bytes) else str(text)).strip().partition("\n")[0]
+
+
 def _compile_failures() -> tuple:
   from tinygrad.device import CompileError
   return (CompileError, subprocess.CalledProcessError)
@@ -245,18 +285,19 @@ def _compile_failures() -> tuple:
 _TINYGRAD_COMPILE_FAILURES = _compile_failures()
 
 
-def _realize(outs: list) -> list:
-  """Realize the outputs together; each becomes a device buffer (or a view of one)."""
+def _realize(outs: list, device: str) -> list:
+  """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
   from tinygrad import Tensor
   from tinygrad.uop.ops import Ops
   tensors = [t for t in outs if isinstance(t, Tensor)]  # the others are host arrays of dtypes the device lacks
   if pending := [t for t in tensors if not t.uop.is_realized]:
     Tensor.realize(*pending)
-  # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer; a Value needs a buffer
+  # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer and no device; a Value needs a buffer,
+  # on the backend's device (a plain clone would go to tinygrad's default device)
   if folded := [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base.op is not Ops.BUFFER]:
     outs = list(outs)
     for i in folded:
-      outs[i] = outs[i].clone()
+      outs[i] = outs[i].clone(device=device)
     Tensor.realize(*(outs[i] for i in folded))
   return outs
 

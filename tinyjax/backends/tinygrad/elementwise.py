@@ -98,14 +98,14 @@ def _constant_operand(op, x, y):
     return _flip_sign(y if _float_constant(x) == -1.0 else x)
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
-    signed_zero = fm.with_sign(other.zeros_like(), other if zero > 0 else -other)
+    signed_zero = fm.with_sign(other.const_like(0), other if zero > 0 else -other)
     return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
   if op is operator.sub:  # x - y is x + (-y), exactly
     return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else _flip_sign(y))
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
-  return other.eq(0).where(other.zeros_like().abs(), other)  # x + 0.0 is x, but -0.0 + 0.0 is +0.0
+  return other.eq(0).where(other.const_like(0.0), other)  # x + 0.0 is x, but -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
@@ -122,7 +122,7 @@ def _binary(fn):
 
 # --- arithmetic
 def _neg(x):
-  return _flip_sign(x) if _is_float(x) else sub(x.zeros_like(), x)
+  return _flip_sign(x) if _is_float(x) else sub(x.const_like(0), x)
 
 
 def _abs(x):
@@ -167,7 +167,7 @@ def _div(x, y, broadcast_divisor=False):
 
 def _rem(x, y):
   if _is_float(x):
-    return fm.fmod(x, y).cast(x.dtype)  # NB: tinygrad's x - trunc(x / y) * y is inexact for large quotients
+    return fm.fmod(x, y)  # NB: tinygrad's x - trunc(x / y) * y is inexact for large quotients
   return y.eq(0).where(x, _integer_quotient(x, y, lambda a, b: a.fmod(b)))  # XLA: x % 0 = x
 
 
@@ -177,8 +177,9 @@ def _max(x, y):
   if not _is_float(x):
     return x.maximum(y)
   # NB: tinygrad's maximum drops NaN and may return -0.0 for max(-0.0, 0.0); XLA propagates NaN, orders -0.0 < 0.0
+  # NB: NaN first, by its bits: WGSL compilers may assume that comparisons never see NaN
   tie = (fm.bits(x) & fm.bits(y)).bitcast(x.dtype)
-  return (x > y).where(x, (y > x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
+  return _either_nan(x, y).where(_nan_of(x, y), (x > y).where(x, (y > x).where(y, tie)))
 
 
 def _min(x, y):
@@ -187,7 +188,11 @@ def _min(x, y):
   if not _is_float(x):
     return x.minimum(y)
   tie = (fm.bits(x) | fm.bits(y)).bitcast(x.dtype)
-  return (x < y).where(x, (y < x).where(y, x.eq(y).where(tie, _nan_of(x, y))))
+  return _either_nan(x, y).where(_nan_of(x, y), (x < y).where(x, (y < x).where(y, tie)))
+
+
+def _either_nan(x, y):
+  return fm.isnan(x) | fm.isnan(y)
 
 
 def _nan_of(x, y):
@@ -217,8 +222,8 @@ def _integer_pow(x, y: int):
     if n:
       base = mul(base, base)
   if result is None:
-    return x.ones_like()
-  return _div(x.ones_like(), result) if y < 0 else result
+    return x.const_like(1)
+  return _div(x.const_like(1), result) if y < 0 else result
 
 
 def _power(x, y):

@@ -61,7 +61,7 @@ def isnan(x):
 
 
 def div(x, y):
-  """x / y, one IEEE division.
+  """x / y, one IEEE division (Ops.FDIV, which every renderer is taught below).
 
   NB: tinygrad's `/` is x * (1 / y), which its optimizer rewrites further: x / x -> 1, x / (1 + x) -> 1 - 1 / (1 + x).
   """
@@ -76,8 +76,40 @@ def _fold_division(x, y):
   return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
 
 
-# NB: tinygrad 0.14 has the FDIV op but cannot fold it on constants (its python_alu lacks FDIV): teach it
-python_alu.setdefault(Ops.FDIV, _fold_division)
+def _c_division(a, b, dtype):
+  return f"({a}/{b})"
+
+
+def _ptx_division(d, a, b, dtype, name):
+  return f"div.rn.{name} {d}, {a}, {b};"
+
+
+def teach_division():
+  """Make Ops.FDIV an operation of every tinygrad renderer, and foldable on constants.
+
+  NB: tinygrad 0.14 has the FDIV op but only its clang, LLVM, NIR and x86 renderers emit it: OpenCL, WGSL, Metal, CUDA,
+  HIP and PTX failed with KeyError: Ops.FDIV, and its python_alu (constant folding, the PYTHON device) lacks it.
+  `a / b` is IEEE division in every C-style language (OpenCL C, WGSL, Metal, CUDA, HIP), PTX's is div.rn. A renderer
+  that knows FDIV also turns tinygrad's own reciprocals into divisions (decomp/op.py), as clang's already does.
+  """
+  from tinygrad.renderer import cstyle, ptx, wgsl  # noqa: F401  (defines the C-style renderer classes)
+  python_alu.setdefault(Ops.FDIV, _fold_division)
+  pending = [cstyle.CStyleLanguage]
+  while pending:
+    renderer = pending.pop()
+    pending.extend(renderer.__subclasses__())
+    if Ops.FDIV not in renderer.code_for_op:
+      renderer.code_for_op = {**renderer.code_for_op, Ops.FDIV: _c_division}
+  ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
+  if not getattr(ptx.PTXRenderer, "_tinyjax_half_division", False):  # PTX divides float16 as float32
+    from tinygrad.uop.ops import PatternMatcher, UPat
+    half = PatternMatcher([(UPat(Ops.FDIV, dtype=dtypes.half, src=(UPat.var("a"), UPat.var("b"))),
+                            lambda a, b: a.cast(F32).alu(Ops.FDIV, b.cast(F32)).cast(dtypes.half))])
+    ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
+    ptx.PTXRenderer._tinyjax_half_division = True
+
+
+teach_division()
 
 
 def poly(x, coefficients):
@@ -100,53 +132,277 @@ def narrow(x, dtype):
   return -((b ^ typed(b, 0x8000)).bitcast(dtype))
 
 
-def in_f64(fn):
-  """fn evaluated in float64 and rounded to the first operand's dtype."""
-  return lambda *xs: narrow(fn(*(x.cast(F64) for x in xs)), xs[0].dtype)
-
-
 def in_f32(fn):
   """fn evaluated in float32 at least, as XLA evaluates its expansions for float16."""
-  return lambda x: narrow(fn(x.cast(F32)), x.dtype) if x.dtype.itemsize < 4 else fn(x)
+  return lambda *xs: narrow(fn(*(x.cast(F32) for x in xs)), xs[0].dtype) if xs[0].dtype.itemsize < 4 else fn(*xs)
 
 
-# --- float64 kernels (operands are float64)
-def _log1p(x):
+def by_dtype(f32, f64):
+  """A function whose float64 kernel is `f64` and whose float32 kernel is `f32` (narrower floats run in float32).
+
+  Float32 math stays in float32: devices without float64 (WebGPU, Metal) run it, and it is faster where float64 exists.
+  """
+  return in_f32(lambda *xs: f64(*xs) if xs[0].dtype == F64 else f32(*xs))
+
+
+def minus(x):
+  """-x as a flip of the sign bit.
+
+  NB: tinygrad's -x is x * -1, which its simplifier merges with other terms: (y + x) - x -> y, (x - n c1) - n c2 ->
+  x - n (c1 + c2) (which undoes a Cody-Waite split). Subtractions whose rounding matters add a flipped operand.
+  """
+  b = bits(x)
+  return (b ^ typed(b, 1 << (width(x) - 1))).bitcast(x.dtype)
+
+
+def _split(x):
+  """x = high + low, high with the top 12 of float32's 24 significant bits (so products of highs are exact)."""
+  b = bits(x)
+  high = (b & typed(b, 0xFFFFF000)).bitcast(F32)
+  return high, x + minus(high)
+
+
+def _opaque(x):
+  """x, behind an operation tinygrad does not see through (an all-ones mask of its bits).
+
+  NB: tinygrad reassociates chains of additions ((a + b) + c -> (a + c) + b, constants last); an error-free sum
+  needs its operands to be the values it rounded, so each is made a value of its own.
+  """
+  b = bits(x)
+  return (b & typed(b, (1 << width(x)) - 1)).bitcast(x.dtype)
+
+
+def _two_sum(a, b):
+  """(s, e) with s = fl(a + b) and s + e = a + b exactly (Knuth)."""
+  a, b = _opaque(a), _opaque(b)
+  s = a + b
+  b_virtual = s + minus(a)
+  a_virtual = s + minus(b_virtual)
+  return s, (a + minus(a_virtual)) + (b + minus(b_virtual))
+
+
+def _two_product(a, b):
+  """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for float32."""
+  p = a * b
+  (ah, al), (bh, bl) = _split(a), _split(b)
+  return p, (((ah * bh + minus(p)) + ah * bl) + al * bh) + al * bl
+
+
+def _power_of_two(n):
+  """2**n for int32 n in [-126, 127], as a float32 built from its bits."""
+  return ((n + 127).cast(dtypes.uint32) << 23).bitcast(F32)
+
+
+def _scale(x, n):
+  """x * 2**n for float32 x and int32 n in [-252, 254], rounded once (gradual underflow, overflow to inf)."""
+  half = n >> 1
+  return x * _power_of_two(half) * _power_of_two(n - half)
+
+
+# --- float32 kernels: range reduction and polynomials in float32 (Cephes' single-precision coefficients, as
+# XLA's CPU backend expands exp and log), good to a few ulp
+LN2_HIGH, LN2_LOW = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HIGH + LN2_LOW; n * LN2_HIGH is exact for |n| < 2**15
+EXP32 = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
+LOG32 = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+         2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1]
+
+
+def _exp32(x):
+  nan = isnan(x)
+  x = nan.where(0.0, (x > 89.0).where(89.0, (x < -104.0).where(-104.0, x)))  # beyond: inf and 0 (and no NaN)
+  n = (x * (1 / math.log(2)) + 0.5).floor()
+  r = (x + minus(n * LN2_HIGH)) + minus(n * LN2_LOW)  # Cody and Waite: x - n ln 2, |r| <= ln 2 / 2
+  return nan.where(math.nan, _scale((r * r * poly(r, EXP32) + r) + 1.0, n.cast(dtypes.int32)))
+
+
+def _expm1_32(x):
+  # NB: tinygrad has no expm1: a Taylor series where exp(x) - 1 would cancel (|x| < ln 2 / 2: 1e-11 relative)
+  series = x + x * x * poly(x, [1 / math.factorial(n) for n in range(10, 1, -1)])
+  return (fabs(x) < 0.35).where(series, _exp32(x) + -1.0)
+
+
+def _frexp32(x):
+  """(f, e) with x = (1 + f) 2**e, 1 + f in [sqrt(1/2), sqrt(2)), f exact, for positive finite float32 x.
+
+  NB: f comes from the mantissa's integer bits, not as m - 1: tinygrad moves an added constant past later terms,
+  (m - 1) + y -> (m + y) - 1, which rounds m + y and loses log's digits near 1.
+  """
+  denormal = x < 2.0 ** -126
+  b = bits(denormal.where(x * 2.0 ** 23, x))
+  e = (b >> 23).cast(dtypes.int32) - denormal.where(150, 127)
+  mantissa = (b & typed(b, 0x7FFFFF)).cast(dtypes.int32)  # m = 1 + mantissa 2**-23, in [1, 2)
+  high = mantissa > round((math.sqrt(2) - 1) * 2 ** 23)  # then m / 2 = 1 + (mantissa - 2**23) 2**-24
+  f = high.where((mantissa - (1 << 23)).cast(F32) * 2.0 ** -24, mantissa.cast(F32) * 2.0 ** -23)
+  return f, (e + high.cast(dtypes.int32)).cast(F32)
+
+
+def _log_parts(f, e):
+  """log((1 + f) 2**e) for f in [sqrt(1/2) - 1, sqrt(2) - 1] (exact), in Cephes' order of additions."""
+  z = f * f
+  y = (f * z * poly(f, LOG32) + e * LN2_LOW) + z * -0.5
+  return (f + y) + e * LN2_HIGH
+
+
+def _log_specials(x, result):
+  """log's values at 0 (-inf), inf (inf), negatives and NaN (NaN)."""
+  result = x.eq(math.inf).where(math.inf, x.eq(0).where(-math.inf, result))
+  return ((x < 0) | isnan(x)).where(math.nan, result)
+
+
+def _log32(x):
+  return _log_specials(x, _log_parts(*_frexp32(x)))
+
+
+def _log1p32(x):
+  # NB: tinygrad has no log1p: where 1 + x is a reduced argument of log, x is the exact f
+  near = (x > math.sqrt(0.5) - 1) & (x < math.sqrt(2) - 1)
+  return near.where(_log_parts(x, x.zeros_like()), _log32(x + 1.0))
+
+
+# Payne and Hanek's reduction: x 2/pi modulo 4 from the bits of 2/pi, in 16-bit words of integer arithmetic (exact on
+# every device: no float64, no 64-bit integers)
+def _bits_of_two_over_pi(count: int) -> int:
+  """floor(2/pi 2**count), by Machin's formula in integers."""
+  guard = count + 64
+
+  def arctan_inverse(n):  # arctan(1/n) 2**guard
+    total, term, k = 0, (1 << guard) // n, 0
+    while term:
+      total += term // (2 * k + 1) if k % 2 == 0 else -(term // (2 * k + 1))
+      term //= n * n
+      k += 1
+    return total
+  pi = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)
+  return (1 << (count + 1 + guard)) // pi
+
+
+TWO_OVER_PI_WORDS = [(_bits_of_two_over_pi(16 * 13) >> (16 * (12 - w))) & 0xFFFF for w in range(13)]
+SIN32 = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
+COS32 = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
+
+
+def _reduce_pi_over_2(a):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4, j an int32 in [0, 4), for float32 a >= pi/4 (finite).
+
+  a = M 2**E with a 24-bit integer M; bit j of 2/pi (2/pi = 0.b1 b2 ...) counts M 2**(E - j), a multiple of 4 for
+  j <= E - 2: the 96 bits from E - 1 on (W) give a 2/pi mod 4 = M W 2**-94, 62 bits of fraction after the product.
+  """
+  u32 = dtypes.uint32
+  b = bits(a)
+  exponent = (b >> 23).cast(dtypes.int32) - 150  # E, in [-24, 104] for a >= pi/4
+  mantissa = (b & typed(b, 0x7FFFFF)) | typed(b, 0x800000)
+  shifted = exponent + 30  # = 16 (q + 2) + rho: the window starts at bit rho of word q
+  q, rho = (shifted >> 4) - 2, (shifted & 15).cast(u32)
+
+  def word(offset):  # word q + offset of 2/pi's bits (0 before the point)
+    out = a.const_like(0).cast(u32)
+    for value in range(-2, 7):
+      index = value + offset
+      if 0 <= index < len(TWO_OVER_PI_WORDS):
+        out = q.eq(value).where(TWO_OVER_PI_WORDS[index], out).cast(u32)
+    return out
+  words = [word(i) for i in range(7)]
+  # W's six 16-bit limbs, least significant first
+  limbs = [((words[i] << rho) | (words[i + 1] >> (16 - rho))) & 0xFFFF for i in range(5, -1, -1)]
+  low, high = mantissa & 0xFFFF, mantissa >> 16
+  columns = [a.const_like(0).cast(u32) for _ in range(6)]
+  for i, limb in enumerate(limbs):
+    for k, m in ((0, low), (1, high)):
+      if i + k < 6:
+        product = m * limb  # below 2**32
+        columns[i + k] = columns[i + k] + (product & 0xFFFF)
+        if i + k + 1 < 6:
+          columns[i + k + 1] = columns[i + k + 1] + (product >> 16)
+  digits, carry = [], 0
+  for column in columns:
+    total = column + carry
+    digits.append(total & 0xFFFF)
+    carry = total >> 16
+  # the top digit: 2 integer bits, then 14 bits of fraction; round to the nearest quadrant
+  quadrant, fraction = digits[5] >> 14, [digits[2], digits[3], digits[4], digits[5] & 0x3FFF]
+  up = (digits[5] & 0x2000).ne(0)
+  negated, carry = [], 1
+  for i, digit in enumerate(fraction):  # 1 - fraction, in the same 62 bits
+    total = (digit ^ (0x3FFF if i == 3 else 0xFFFF)) + carry
+    negated.append(total & (0x3FFF if i == 3 else 0xFFFF))
+    carry = total >> (14 if i == 3 else 16)
+  fraction = [up.where(n, d) for n, d in zip(negated, fraction)]
+  magnitude = a.const_like(0.0)
+  for digit, scale in zip(fraction, (2.0 ** -62, 2.0 ** -46, 2.0 ** -30, 2.0 ** -14)):
+    magnitude = magnitude + digit.cast(F32) * scale  # positive terms, smallest first
+  r = magnitude * (math.pi / 2)
+  return up.where(minus(r), r), ((quadrant + up.cast(u32)) & 3).cast(dtypes.int32)
+
+
+def _sin_cos32(x):
+  """(sin x, cos x) for float32 x."""
+  a = fabs(x)
+  small = a < math.pi / 4
+  finite = a < math.inf
+  reduced, quadrant = _reduce_pi_over_2((small | ~finite).where(1.0, a))
+  r = small.where(a, reduced)
+  quadrant = small.where(0, quadrant)
+  z = r * r
+  sin_r = r * z * poly(z, SIN32) + r
+  cos_r = (z * z * poly(z, COS32) + z * -0.5) + 1.0
+  swap = (quadrant & 1).eq(1)
+  sin_a, cos_a = swap.where(cos_r, sin_r), swap.where(sin_r, cos_r)
+  sin_a = (quadrant >= 2).where(minus(sin_a), sin_a)
+  cos_a = ((quadrant + 1) & 2).eq(2).where(minus(cos_a), cos_a)  # quadrants 1 and 2
+  sin_x = sign_bit(x).where(minus(sin_a), sin_a)
+  return finite.where(sin_x, math.nan), finite.where(cos_a, math.nan)
+
+
+# --- float64 kernels (operands are float64): tinygrad's exp, log and sin, which its float64 decompositions compute to
+# an ulp or two
+def _log1p64(x):
   # NB: tinygrad has no log1p (and simplifies away the (1 + x) - 1 of Goldberg's formula): a series near 0
   series = x * poly(x, [1 / 9, -1 / 8, 1 / 7, -1 / 6, 1 / 5, -1 / 4, 1 / 3, -1 / 2, 1.0])
   return (fabs(x) < 2 ** -7).where(series, (1 + x).log())
 
 
-def _expm1(x):
+def _expm1_64(x):
   # NB: tinygrad has no expm1: a series near 0, where exp(x) - 1 cancels
   series = x * poly(x, [1 / math.factorial(n) for n in range(10, 0, -1)])
   return (fabs(x) < 2 ** -7).where(series, x.exp() - 1)
 
 
-def _sin_cos(x, wide: bool):
-  """(sin x, cos x) of float64 x; `wide` when x may have more than float32's 24 significant bits.
+def _sin_cos64(x):
+  """(sin x, cos x) of float64 x.
 
   NB: tinygrad computes cos(x) as sin(pi/2 - x), which loses the argument for large |x|: 1 - 2 sin(x/2)^2 here.
   NB: tinygrad's sin reduces arguments exactly only when they have at most 24 significant bits (its float64 error
   is 1e-8 at |x| = 100): wider ones are split in three such parts, recombined by the angle sums (good to 1e-15
   below |x| = 1e30, 1e-9 at 1e38; XLA stays exact beyond).
   """
-  half = (x * 0.5).sin()
-  sin, cos = x.sin(), 1 - 2 * half * half
-  if not wide:
-    return sin, cos
+  def narrow_sin_cos(v):
+    half = (v * 0.5).sin()
+    return v.sin(), 1 - 2 * half * half
   rest, sum_sin, sum_cos = x, None, None
   for last in (False, False, True):
     rest_bits = bits(rest)
     top_24 = typed(rest_bits, ((1 << 64) - 1) ^ ((1 << 29) - 1))
     part = rest if last else (rest_bits & top_24).bitcast(F64)  # the top 24 bits
     rest = rest - part
-    s, c = _sin_cos(part, False)
+    s, c = narrow_sin_cos(part)
     sum_sin, sum_cos = (s, c) if sum_sin is None else (sum_sin * c + sum_cos * s, sum_cos * c - sum_sin * s)
+  sin, cos = narrow_sin_cos(x)
   near = fabs(x) < 8  # exact enough unsplit, and keeps the sign of -0.0
   return near.where(sin, sum_sin), near.where(cos, sum_cos)
 
 
+def _keep_zero(fn):
+  """fn, returning zeros (with their sign) as they are: log1p(-0.0) and expm1(-0.0) are -0.0."""
+  return lambda x: x.eq(0).where(x, fn(x))
+
+
+exp = by_dtype(_exp32, lambda x: x.exp())
+log = by_dtype(_log32, lambda x: x.log())
+log1p = _keep_zero(by_dtype(_log1p32, _log1p64))
+expm1 = _keep_zero(by_dtype(_expm1_32, _expm1_64))
+
+
+# --- functions of those, the same in every dtype
 # atan(u) = u + u^3 P(u^2) on |u| <= tan(pi/8): a least-squares fit to the Taylor series (error 3e-16)
 ATAN = [0.022776222331137325, -0.04485161256341071, 0.05736862129713694, -0.06649693873491092,
         0.07691061806892993, -0.0909085283916855, 0.1111110964054463, -0.14285714266011582, 0.1999999999989561,
@@ -169,7 +425,7 @@ def _atan(x):
 
 def _atan2(y, x):
   ay, ax = fabs(y), fabs(x)
-  hi, lo = ay.maximum(ax), ay.minimum(ax)
+  hi, lo = (ay > ax).where(ay, ax), (ay > ax).where(ax, ay)
   t = hi.eq(0).where(0.0, lo.eq(INF).where(1.0, div(lo, hi)))  # atan2(0, 0) and atan2(inf, inf) are exact angles
   angle = (ay > ax).where(math.pi / 2 - _atan_unit(t), _atan_unit(t))
   angle = sign_bit(x).where(math.pi - angle, angle)
@@ -179,8 +435,8 @@ def _atan2(y, x):
 def _asinh(x):
   a = fabs(x)
   # NB: tinygrad's log(x + sqrt(x^2 + 1)) loses small arguments and overflows for large ones
-  small = _log1p(a + div(a * a, 1 + (1 + a * a).sqrt()))
-  return with_sign((a > 2 ** 28).where(a.log() + math.log(2), small), x)
+  small = log1p(a + div(a * a, 1 + (1 + a * a).sqrt()))
+  return with_sign((a > 2 ** 28).where(log(a) + math.log(2), small), x)
 
 
 def _acosh(x):
@@ -189,34 +445,97 @@ def _acosh(x):
 
 
 def _tanh(x):
-  t = _expm1(2 * x)
+  t = expm1(2 * x)
   # NB: tinygrad's tanh is 2 * sigmoid(2x) - 1, which loses small arguments
   return (x > 20).where(1.0, (x < -20).where(-1.0, div(t, t + 2)))
 
 
-def _pow(x, y):
+def _cbrt(x):
+  a = fabs(x)
+  guess = exp(log(a) * (1 / 3))
+  refined = guess + (div(a, guess * guess) + minus(guess)) * (1 / 3)  # one Newton step
+  return with_sign((a.eq(0) | a.eq(INF) | isnan(a)).where(a, refined), x)
+
+
+def _pow_specials(x, y, magnitude):
+  """x ** y from |x| ** |y|-free `magnitude` = |x| ** y: signs, NaN for negative x and non-integer y, and C99's
+  (XLA's) x ** 0 = 1 and 1 ** y = 1 even for NaN, (-1) ** +-inf = 1."""
   is_int = y.eq(y.trunc())  # infinities count as even integers
   is_odd = is_int & (y * 0.5).trunc().ne(y * 0.5)
-  magnitude = (y * fabs(x).log2()).exp2()
-  result = (sign_bit(x) & is_odd).where(-magnitude, magnitude)
+  result = (sign_bit(x) & is_odd).where(minus(magnitude), magnitude)
   result = ((x < 0) & (x > -INF) & is_int.logical_not()).where(NAN, result)
-  # C99 and XLA: x ** 0 = 1 and 1 ** y = 1 even for NaN, (-1) ** +-inf = 1
   return (y.eq(0) | x.eq(1) | (x.eq(-1) & fabs(y).eq(INF))).where(1.0, result)
 
 
-def fmod(x, y):
-  """C fmod (XLA's rem), exact: long division in float64, 25 quotient bits a step, each step's q * b split in
-  two exact products. Enough steps to cross float16's and float32's exponent ranges.
+def _pow64(x, y):
+  return _pow_specials(x, y, (y * fabs(x).log2()).exp2())
 
-  NB: float64 operands get 4 steps, so their remainders are exact for quotients below 2^100 only.
+
+# log(1 + f) - f + f^2 / 2 = f^3 (1/3 - f/4 + ...): Taylor's terms to f^24 (5e-11 of it for |f| <= sqrt(2) - 1)
+LOG_TAIL = [(-1) ** (k + 1) / k for k in range(24, 2, -1)]
+
+
+def _pow32(x, y):
+  """|x| ** y = exp(y log|x|) with log|x| and the product in double-float (hi + lo): y log|x| reaches 89, where an
+  error of a float32 ulp would be 1e-5 of the result."""
+  a = fabs(x)
+  f, e = _frexp32((a.eq(0) | (a >= INF) | isnan(a)).where(1.0, a))
+  f_high, f_low = _split(f)
+  half_square_low = f_low * (f_high + f) * 0.5  # f^2 / 2 = f_high^2 / 2 + this (to 2^-36 of f^2)
+  # log|x| = e LN2_HIGH + f - f_high^2 / 2 + (f^3 P(f) - half_square_low + e LN2_LOW)
+  s, err1 = _two_sum(e * LN2_HIGH, f)
+  s, err2 = _two_sum(s, minus(f_high * f_high * 0.5))
+  tail = f * (f * f) * poly(f, LOG_TAIL) + e * LN2_LOW + minus(half_square_low)
+  high, low = _two_sum(s, (err1 + err2) + tail)
+  product, product_err = _two_product(y, high)
+  correction = product_err + y * low
+  magnitude = _exp32(product) * (1.0 + (fabs(product) < 150).where(correction, 0.0))
+  special = a.eq(0) | a.eq(INF) | isnan(a) | isnan(y) | fabs(y).eq(INF)
+  return _pow_specials(x, y, special.where(_pow64_like_specials(a, y), magnitude))
+
+
+def _pow64_like_specials(a, y):
+  """|x| ** y where |x| is 0, inf or NaN, or y is +-inf or NaN (IEEE's values)."""
+  grows = (a > 1) == (y > 0)  # |x| ** y -> inf, else 0, for infinite y (|x| = 1 is handled by the caller)
+  infinite_y = grows.where(INF, 0.0)
+  zero_or_inf = (a.eq(0) == (y > 0)).where(0.0, INF)
+  return (isnan(a) | isnan(y)).where(NAN, fabs(y).eq(INF).where(infinite_y, zero_or_inf))
+
+
+def _fmod32(x, y):
+  """C fmod (XLA's rem) of float32, exact: the integer significands' remainder, 8 bits of the exponent gap a step."""
+  u32 = dtypes.uint32
+  a, b = fabs(x), fabs(y)
+  undefined = isnan(x) | isnan(y) | a.eq(INF) | b.eq(0)
+  keep_x = (a < b) & undefined.logical_not()  # also b = inf
+  ba, bb = bits(undefined.where(1.0, a)), bits(undefined.where(1.0, b))
+  exponent_a, exponent_b = (ba >> 23).cast(dtypes.int32), (bb >> 23).cast(dtypes.int32)
+  # denormals have no implicit bit, and the exponent of the smallest normals
+  mantissa_a = (ba & 0x7FFFFF) | exponent_a.ne(0).where(0x800000, 0).cast(u32)
+  mantissa_b = (bb & 0x7FFFFF) | exponent_b.ne(0).where(0x800000, 0).cast(u32)
+  exponent_a, exponent_b = exponent_a.maximum(1), exponent_b.maximum(1)
+  gap = (exponent_a - exponent_b).maximum(0)
+  remainder = mantissa_a % mantissa_b
+  for _ in range(32):  # 8 bits a step cross float32's exponent range (254) and a denormal's shift (23)
+    step = gap.minimum(8)
+    remainder = (remainder << step.cast(u32)) % mantissa_b
+    gap = gap - step
+  # r 2**(exponent_b - 150): exact (a remainder is a multiple of the smaller operand's ulp)
+  result = _scale(remainder.cast(F32), exponent_b - 150)
+  return undefined.where(NAN, keep_x.where(x, with_sign(result, x)))
+
+
+def _fmod64(x, y):
+  """C fmod of float64, exact: long division in float64, 25 quotient bits a step, each step's q * b split in two
+  exact products.
+
+  NB: 4 steps, so remainders are exact for quotients below 2^100 only.
   """
-  steps = {2: 2, 4: 12, 8: 4}[x.dtype.itemsize]
-  x, y = x.cast(F64), y.cast(F64)
   a, b = fabs(x), fabs(y)
   undefined = isnan(x) | isnan(y) | a.eq(INF) | b.eq(0)
   keep_x = b.eq(INF) & undefined.logical_not()
   r, b = (undefined | keep_x).where(0.0, a), (undefined | keep_x).where(1.0, b)
-  for _ in range(steps):
+  for _ in range(4):
     exponent_gap = (bits(r) >> 52).cast(dtypes.int32) - (bits(b) >> 52).cast(dtypes.int32)
     scaled = (bits(b) + ((exponent_gap - 25).maximum(0).cast(dtypes.uint64) << 52)).bitcast(F64)
     scaled_bits = bits(scaled)
@@ -227,21 +546,22 @@ def fmod(x, y):
   return undefined.where(NAN, keep_x.where(x, with_sign(r, x)))
 
 
+
+
 def _trig(pick):
-  """A function of (sin x, cos x), evaluated in float64 and rounded."""
-  return lambda x: in_f64(lambda v: pick(*_sin_cos(v, x.dtype == F64)))(x)
+  """A function of (sin x, cos x)."""
+  return by_dtype(lambda x: pick(*_sin_cos32(x)), lambda x: pick(*_sin_cos64(x)))
 
 
 sin, cos, tan = _trig(lambda s, c: s), _trig(lambda s, c: c), _trig(div)
-exp, log, log1p, expm1 = in_f64(lambda x: x.exp()), in_f64(lambda x: x.log()), in_f64(_log1p), in_f64(_expm1)
-tanh, atan, atan2 = in_f64(_tanh), in_f64(_atan), in_f64(_atan2)
-asin = in_f64(lambda x: _atan2(x, ((1 - x) * (1 + x)).sqrt()))
-acos = in_f64(lambda x: _atan2(((1 - x) * (1 + x)).sqrt(), x))
-asinh, acosh = in_f64(_asinh), in_f64(_acosh)
-atanh = in_f64(lambda x: 0.5 * _log1p(div(2 * x, 1 - x)))
-rsqrt = in_f64(lambda x: div(1, x.sqrt()))
-cbrt = in_f64(lambda x: with_sign((fabs(x).log2() * (1 / 3)).exp2(), x))
-power = in_f64(_pow)
+atan, atan2, tanh, asinh, acosh, cbrt = in_f32(_atan), in_f32(_atan2), in_f32(_tanh), in_f32(_asinh), in_f32(_acosh), \
+  in_f32(_cbrt)
+asin = in_f32(lambda x: _atan2(x, ((1 - x) * (1 + x)).sqrt()))
+acos = in_f32(lambda x: _atan2(((1 - x) * (1 + x)).sqrt(), x))
+atanh = in_f32(lambda x: 0.5 * (log1p(x) + minus(log1p(minus(x)))))  # no rounded 1 - x near x = 1
+rsqrt = in_f32(lambda x: div(1, x.sqrt()))
+power = by_dtype(_pow32, _pow64)
+fmod = by_dtype(_fmod32, _fmod64)
 
 
 # --- XLA's expansions, replayed in the operand's dtype

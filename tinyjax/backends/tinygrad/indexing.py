@@ -20,9 +20,10 @@ from tinyjax.backends.tinygrad.table import register, tg_dtype
 _SAME_WIDTH_INT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 
-def arange(n: int, device, dtype=dtypes.int32):
-  """0..n-1 on `device` (tinygrad's arange makes it on the default device)."""
-  return Tensor.arange(n, dtype=dtype).to(device)
+def arange(n: int, dtype=dtypes.int32):
+  """0..n-1 as a constant expression, which has no device of its own: it lands on the device of the operands it
+  meets (a rule's result made of constants alone is placed on the backend's device when realized)."""
+  return Tensor.arange(n, dtype=dtype)
 
 
 def to_bits(x, dtype):
@@ -94,7 +95,7 @@ def _literal_start(start, high: int) -> int | None:
 def _clamped_start(start, dtype, high: int):
   """An integer start clamped to [0, high] as XLA clamps it (int32), and whether it was in that range already."""
   info = np.iinfo(dtype)
-  inside, clamped = Tensor.full(start.shape, True, device=start.device), start
+  inside, clamped = Tensor.full(start.shape, True, buffer=False), start
   if info.min < 0:
     inside, clamped = inside & (start >= 0), clamped.maximum(0)
   if high < info.max:  # a bound the index dtype cannot hold would wrap when made a constant of it
@@ -102,7 +103,7 @@ def _clamped_start(start, dtype, high: int):
   return clamped.cast(dtypes.int32), inside
 
 
-def _targets(indices, index_dtype, shape, window, index_map, index_batching):
+def _targets(device, indices, index_dtype, shape, window, index_map, index_batching):
   """Where the elements of each gathered or scattered slice are, for XLA's index layout (index vector last).
 
   The index batch dims are permuted to (index_batching..., the others...), so that the first ones line up with the
@@ -113,13 +114,13 @@ def _targets(indices, index_dtype, shape, window, index_map, index_batching):
   n_batch = indices.ndim - 1
   indices = indices.permute(*index_batching, *[d for d in range(n_batch) if d not in index_batching], n_batch)
   indexed = sorted(index_map)
-  flat = Tensor.zeros(*indices.shape[:-1], *[window[d] for d in indexed], dtype=dtypes.int32, device=indices.device)
-  inside = Tensor.full(indices.shape[:-1], True, device=indices.device)
+  flat = Tensor.zeros(*indices.shape[:-1], *[window[d] for d in indexed], dtype=dtypes.int32, device=device)
+  inside = Tensor.full(indices.shape[:-1], True, device=device)
   for k, d in enumerate(index_map):
     start, ok = _clamped_start(indices[..., k], index_dtype, shape[d] - window[d])
     inside = inside & ok
     axis = indexed.index(d)
-    offsets = arange(window[d], indices.device).reshape(
+    offsets = arange(window[d]).reshape(
       [window[d] if a == axis else 1 for a in range(len(indexed))])
     stride = math.prod(shape[e] for e in indexed[axis + 1:])
     flat = flat + (start.reshape(*start.shape, *[1] * len(indexed)) + offsets) * stride
@@ -128,7 +129,7 @@ def _targets(indices, index_dtype, shape, window, index_map, index_batching):
 
 def _one_hot(flat, size: int, trailing: int):
   """flat[..., None] == arange(size), with `trailing` unit axes after the new one."""
-  positions = arange(size, flat.device).reshape(size, *[1] * trailing)
+  positions = arange(size).reshape(size, *[1] * trailing)
   return flat.reshape(*flat.shape, 1, *[1] * trailing) == positions
 
 
@@ -158,7 +159,7 @@ def _gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill
     return _empty(out, ctx.device)
   batching, indexed = list(dnums.operand_batching_dims), sorted(dnums.start_index_map)
   others = [d for d in range(operand.ndim) if d not in batching and d not in indexed]
-  flat, inside = _targets(indices, ctx.in_avals[1].dtype, operand.shape, slice_sizes, dnums.start_index_map,
+  flat, inside = _targets(ctx.device, indices, ctx.in_avals[1].dtype, operand.shape, slice_sizes, dnums.start_index_map,
                           dnums.start_indices_batching_dims)
   n_indexed = math.prod(operand.shape[d] for d in indexed)
   source = operand.shrink(tuple((0, slice_sizes[d]) if d in others else None for d in range(operand.ndim)))
@@ -188,7 +189,7 @@ def _combine_replace(body=None, apply_once=False):
   """Plain scatter: the last update in order wins, as on XLA's CPU. With a body (lax.scatter_apply), XLA applies it
   once per update that lands: a loop over the number of updates, or one step when indices are unique."""
   def combine(ctx, base, hits, updates, axis):
-    positions = arange(hits.shape[axis], ctx.device).reshape(-1, *[1] * (hits.ndim - axis - 1))
+    positions = arange(hits.shape[axis]).reshape(-1, *[1] * (hits.ndim - axis - 1))
     last = hits.where(positions, -1).max(axis, keepdim=True)
     value = pick(positions == last, updates, axis, ctx.out_aval.dtype)
     if body is None:
@@ -251,8 +252,8 @@ def _scatter_with(ctx, combine, operand, indices, updates, dnums, mode):
   window_dims = [d for d in range(operand.ndim) if d not in dnums.inserted_window_dims and d not in batching]
   window_axis = dict(zip(window_dims, dnums.update_window_dims))
   window = [updates.shape[window_axis[d]] if d in window_axis else 1 for d in range(operand.ndim)]
-  flat, inside = _targets(indices, ctx.in_avals[1].dtype, operand.shape, window, dnums.scatter_dims_to_operand_dims,
-                          dnums.scatter_indices_batching_dims)
+  flat, inside = _targets(ctx.device, indices, ctx.in_avals[1].dtype, operand.shape, window,
+                          dnums.scatter_dims_to_operand_dims, dnums.scatter_indices_batching_dims)
   scatter_axes = [a for a in range(updates.ndim) if a not in dnums.update_window_dims]
   order = [scatter_axes[d] for d in _batch_order(indices.ndim - 1, dnums.scatter_indices_batching_dims)]
   order += [window_axis[d] for d in (*indexed, *others) if d in window_axis]
@@ -270,7 +271,7 @@ def _scatter_with(ctx, combine, operand, indices, updates, dnums, mode):
   result = combine(ctx, base.shrink(unchanged + tuple((0, w) for w in other_window)), hits, updates, len(batch_shape))
   if other_window != other_shape:  # the updates cover part of the other dims: the rest of the operand stays
     pads = unchanged + tuple((0, full - w) for full, w in zip(other_shape, other_window))
-    result = Tensor.full(result.shape, True, device=ctx.device).pad(pads).where(result.pad(pads), base)
+    result = Tensor.full(result.shape, True, buffer=False).pad(pads).where(result.pad(pads), base)
   result = result.reshape(*batch_shape, *[operand.shape[d] for d in indexed], *other_shape)
   return result.permute(np.argsort([*batching, *indexed, *others]).tolist())
 
@@ -308,8 +309,8 @@ def _shift(bits, axis: int, offset, size: int):
     span[axis], padding[axis] = (low - offset, high - offset) if high > low else (0, 0), (low, size - high)
     return bits.shrink(tuple(span)).pad(tuple(padding))
   trailing = [1] * (bits.ndim - axis - 1)
-  source = arange(bits.shape[axis], bits.device).reshape(-1, *trailing)
-  target = arange(size, bits.device).reshape(size, 1, *trailing)
+  source = arange(bits.shape[axis]).reshape(-1, *trailing)
+  target = arange(size).reshape(size, 1, *trailing)
   return (source + offset == target).where(bits.unsqueeze(axis), 0).sum(axis + 1, dtype=bits.dtype)
 
 
@@ -342,7 +343,7 @@ def _dynamic_update_slice(ctx, operand, update, *starts):
       known = _literal_start(start, full - size)
       start = known if known is not None else _clamped_start(start, ctx.in_avals[2 + axis].dtype, full - size)[0]
       bits = _shift(bits, axis, start, full)
-      positions = arange(full, ctx.device).reshape(full, *[1] * (operand.ndim - axis - 1))
+      positions = arange(full).reshape(full, *[1] * (operand.ndim - axis - 1))
       along = (positions >= start) & (positions < start + size)
       covered = along if covered is None else covered & along
   return from_bits(bits, dtype) if covered is None else covered.where(from_bits(bits, dtype), operand)
@@ -382,7 +383,7 @@ def _select_and_scatter_add(ctx, source, operand, *, select_prim, window_dimensi
     return _empty(ctx.out_aval, ctx.device)
   padded = operand.pad(tuple(map(tuple, padding)), value=extreme(dtype, largest=select_prim.name == "le"))
   keys = padded._pool(tuple(window_dimensions), tuple(window_strides)).flatten(source.ndim)
-  positions = arange(keys.shape[-1], ctx.device).expand(keys.shape)
+  positions = arange(keys.shape[-1]).expand(keys.shape)
   chosen = _walk(keys, positions, _SELECT[select_prim.name], keys[..., 0], 0)
   wide = dtype.kind in "iu"  # NB: integer sums wrap as unsigned ones do (signed overflow is undefined in C)
   if wide:

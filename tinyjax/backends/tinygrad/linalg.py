@@ -27,9 +27,9 @@ from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.table import register
 
 
-def _index_grid(rows: int, cols: int, device):
+def _index_grid(rows: int, cols: int):
   """Row and column positions shaped (rows, 1) and (1, cols), to build masks that broadcast over a matrix."""
-  return arange(rows, device).reshape(rows, 1), arange(cols, device).reshape(1, cols)
+  return arange(rows).reshape(rows, 1), arange(cols).reshape(1, cols)
 
 
 @register("cholesky")
@@ -38,7 +38,7 @@ def _cholesky(ctx, a):
   triangle of the result is the input's; NB: XLA returns all NaN for a matrix whose factorization fails (a pivot
   <= 0; a NaN pivot is no failure, it only propagates), so each batch member is masked by whether one failed."""
   n = a.shape[-1]
-  rows, cols = _index_grid(n, n, a.device)
+  rows, cols = _index_grid(n, n)
   work, failed = a, None
   for k in range(n):
     pivot = work[..., k:k + 1, k:k + 1]
@@ -59,7 +59,7 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
   read, and not its diagonal when unit_diagonal. conjugate_a changes nothing: tinygrad has no complex dtypes.
   x op(a) = b is solved as op(a)^T x^T = b^T, so everything becomes a left-side solve by substitution."""
   m = a.shape[-1]
-  rows, cols = _index_grid(m, m, a.device)
+  rows, cols = _index_grid(m, m)
   a = ((rows >= cols) if lower else (rows <= cols)).where(a, 0)
   if unit_diagonal:
     a = (rows == cols).where(1, a)
@@ -74,9 +74,9 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
   return x if left_side else x.transpose(-1, -2)
 
 
-def _permutation(pivots: list, size: int, batch: tuple, device):
+def _permutation(pivots: list, size: int, batch: tuple):
   """The row order after swapping row i with row pivots[i] in turn (each pivot shaped batch + (1,))."""
-  position = arange(size, device)
+  position = arange(size)
   order = position.reshape(*[1] * len(batch), size).expand(*batch, size)
   for i, pivot in enumerate(pivots):
     at_pivot = position == pivot
@@ -92,7 +92,7 @@ def _lu(ctx, a):
   matrix keeps its zero column). Returns [lu, pivots, permutation], the latter two int32 and 0-based."""
   lu_aval, _, _ = ctx.out_avals
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n, a.device)
+  rows, cols = _index_grid(m, n)
   pivots = []
   for k in range(min(m, n)):
     size = (rows >= k).where(a[..., :, k:k + 1].abs(), -1)
@@ -108,14 +108,14 @@ def _lu(ctx, a):
     a = (below & (cols == k)).where(multipliers, (below & (cols > k)).where(a - multipliers * a[..., k:k + 1, :], a))
     pivots.append(pivot_row.reshape(*batch, 1))
   pivot_tensor = Tensor.cat(*pivots, dim=-1) if pivots else Tensor.zeros(*batch, 0, dtype=dtypes.int32,
-                                                                            device=a.device)
-  return [a, pivot_tensor.cast(dtypes.int32), _permutation(pivots, m, tuple(batch), a.device)]
+                                                                            device=ctx.device)
+  return [a, pivot_tensor.cast(dtypes.int32), _permutation(pivots, m, tuple(batch))]
 
 
 @register("lu_pivots_to_permutation")
 def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
   *batch, count = pivots.shape
-  return _permutation([pivots[..., i:i + 1] for i in range(count)], permutation_size, tuple(batch), pivots.device)
+  return _permutation([pivots[..., i:i + 1] for i in range(count)], permutation_size, tuple(batch))
 
 
 def _norm(x, axis: int):
@@ -140,7 +140,7 @@ def _hypot(x, y):
   return (fm.isnan(x) | fm.isnan(y)).where(math.nan, result)
 
 
-def _step(j: int, device):
+def _step(j: int, device: str):
   """Step j's index as a (1, 1) Tensor holding it as data: a Python int would be a constant in each kernel's code, so
   every step of a loop would compile kernels of its own; with the index as data, the steps' kernels are the same
   programs and compile once."""
@@ -174,7 +174,7 @@ def _reflector(packed, i, rows, cols):
 
 def _tau(taus, i):
   """taus[..., i] shaped batch + (1, 1)."""
-  return _at(arange(taus.shape[-1], taus.device) == i, taus.unsqueeze(-2), -1)
+  return _at(arange(taus.shape[-1]) == i, taus.unsqueeze(-2), -1)
 
 
 def _householder_vector(column, top, rows):
@@ -201,26 +201,26 @@ def _householder_step(a, j, rows, cols):
   return at_col.where(column, _reflect(a, v, tau, rows, cols, j, j + 1)), tau
 
 
-def _taus(taus: list, batch: tuple, like):
+def _taus(taus: list, batch: tuple, like, device: str):
   """The taus of each step (shaped batch + (1, 1)) as one Tensor shaped batch + (steps,)."""
   if not taus:
-    return Tensor.zeros(*batch, 0, dtype=like.dtype, device=like.device)
+    return Tensor.zeros(*batch, 0, dtype=like.dtype, device=device)
   return Tensor.cat(*[tau.reshape(*batch, 1) for tau in taus], dim=-1)
 
 
-def _geqrf(a):
+def _geqrf(a, device: str):
   """Householder QR as LAPACK's geqr2 (geqrf's unblocked code, which it runs below 128 columns): R on and above the
   diagonal, the reflectors' vectors below it, and the taus (shaped batch + (min(m, n),))."""
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n, a.device)
+  rows, cols = _index_grid(m, n)
   taus = []
   for j in range(min(m, n)):
-    a, tau = _householder_step(a, _step(j, a.device), rows, cols)
+    a, tau = _householder_step(a, _step(j, device), rows, cols)
     taus.append(tau)
-  return a, _taus(taus, tuple(batch), a)
+  return a, _taus(taus, tuple(batch), a, device)
 
 
-def _geqp3(a):
+def _geqp3(a, device: str):
   """QR with column pivoting as LAPACK's geqp3 (its unblocked laqp2, run below 128 columns): before step i the
   column from i on of largest remaining norm (the first of equal ones) is swapped into place. The remaining norms are
   downdated after each step and recomputed when cancellation makes the downdate inaccurate (LAWN 176). Returns
@@ -228,7 +228,7 @@ def _geqp3(a):
   NB: norms that a downdate leaves equal in exact arithmetic are told apart by rounding, LAPACK's own (its nrm2, its
   gemv's order) there, so such a tie may go the other way (tests/xfail.py)."""
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n, a.device)
+  rows, cols = _index_grid(m, n)
   norms = _norm(a, -2)  # LAPACK's vn1, downdated
   exact_norms = norms  # LAPACK's vn2: each norm as last computed
   order = cols.expand(*batch, 1, n)
@@ -236,7 +236,7 @@ def _geqp3(a):
   recompute_below = math.sqrt(float(np.finfo(_to_np_dtype(a.dtype)).eps) / 2)
   taus = []
   for step in range(min(m, n)):
-    i = _step(step, a.device)
+    i = _step(step, device)
     at_i, remaining = cols == i, cols >= i
     largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
     pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
@@ -253,19 +253,19 @@ def _geqp3(a):
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
     update = (cols > i) & (norms != 0)
     norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
-  return a, _taus(taus, tuple(batch), a), order.reshape(*batch, n)
+  return a, _taus(taus, tuple(batch), a, device), order.reshape(*batch, n)
 
 
-def _orgqr(a, taus):
+def _orgqr(a, taus, device: str):
   """The m x n matrix with orthonormal columns Q = H_0 H_1 ... H_{k-1} of the k reflectors stored below the diagonal of
   a's first k columns (with taus shaped batch + (k,)), as LAPACK's org2r: the reflectors are applied last to first
   to the identity's columns; a's entries on and above the diagonal are not read."""
   *batch, m, n = a.shape
   k = taus.shape[-1]
-  rows, cols = _index_grid(m, n, a.device)
+  rows, cols = _index_grid(m, n)
   q = (cols >= k).where((rows == cols).cast(a.dtype), a)
   for step in reversed(range(k)):
-    i = _step(step, a.device)
+    i = _step(step, device)
     tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
     q = _reflect(q, v, tau, rows, cols, i, i + 1)
     q = (cols == i).where((rows > i).where(-tau * v, (rows == i).where(1 - tau, 0)), q)
@@ -274,7 +274,7 @@ def _orgqr(a, taus):
 
 @register("householder_product")
 def _householder_product(ctx, a, taus):
-  return _orgqr(a, taus)
+  return _orgqr(a, taus, ctx.device)
 
 
 @register("ormqr")
@@ -282,18 +282,18 @@ def _ormqr(ctx, a, taus, c, *, left, transpose):
   """Q c, Q^T c, c Q or c Q^T with Q = H_0 H_1 ... H_{k-1}, as LAPACK's orm2r: the reflectors are applied to c one
   by one, first to last for Q^T c (and c Q, computed as (Q^T c^T)^T), last to first for Q c."""
   c = c if left else c.transpose(-1, -2)
-  rows, cols = _index_grid(*c.shape[-2:], c.device)
-  reflector_cols = arange(a.shape[-1], a.device).unsqueeze(-2)
+  rows, cols = _index_grid(*c.shape[-2:])
+  reflector_cols = arange(a.shape[-1]).unsqueeze(-2)
   k = taus.shape[-1]
   for step in (range(k) if transpose == left else reversed(range(k))):
-    i = _step(step, c.device)
+    i = _step(step, ctx.device)
     c = _reflect(c, _reflector(a, i, rows, reflector_cols), _tau(taus, i), rows, cols, i, 0)
   return c if left else c.transpose(-1, -2)
 
 
 @register("geqrf")
 def _geqrf_rule(ctx, a):
-  return list(_geqrf(a))
+  return list(_geqrf(a, ctx.device))
 
 
 @register("hessenberg")
@@ -303,17 +303,17 @@ def _hessenberg(ctx, a):
   from the left to the rows and columns after j. Returns the reduced matrix with the reflectors below its
   subdiagonal, and the n - 1 taus."""
   *batch, n, _ = a.shape
-  rows, cols = _index_grid(n, n, a.device)
+  rows, cols = _index_grid(n, n)
   taus = []
   for step in range(n - 1):
-    j = _step(step, a.device)
+    j = _step(step, ctx.device)
     below_j = j + 1
     at_col = cols == j
     v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
     a = _reflect(a.transpose(-1, -2), v, tau, rows, cols, below_j, 0).transpose(-1, -2)
     a = at_col.where(column, _reflect(a, v, tau, rows, cols, below_j, below_j))
     taus.append(tau)
-  return [a, _taus(taus, tuple(batch), a)]
+  return [a, _taus(taus, tuple(batch), a, ctx.device)]
 
 
 @register("qr")
@@ -321,15 +321,15 @@ def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
   """Q and R (and the column permutation, with pivoting) as JAX's lowering builds them from geqrf (or geqp3) and orgqr
   (householder_product)."""
   *batch, m, n = a.shape
-  packed, taus, *permutation = _geqp3(a) if pivoting else _geqrf(a)
+  packed, taus, *permutation = _geqp3(a, ctx.device) if pivoting else _geqrf(a, ctx.device)
   if m < n:
-    q = _orgqr(packed[..., :, :m], taus)
+    q = _orgqr(packed[..., :, :m], taus, ctx.device)
   elif full_matrices:
-    q = _orgqr(packed.pad(((0, 0),) * len(batch) + ((0, 0), (0, m - n))), taus)
+    q = _orgqr(packed.pad(((0, 0),) * len(batch) + ((0, 0), (0, m - n))), taus, ctx.device)
   else:
-    q = _orgqr(packed, taus)
+    q = _orgqr(packed, taus, ctx.device)
     packed = packed[..., :n, :]
-  rows, cols = _index_grid(*packed.shape[-2:], a.device)
+  rows, cols = _index_grid(*packed.shape[-2:])
   return [q, (rows <= cols).where(packed, 0), *permutation]
 
 
@@ -338,10 +338,10 @@ def _cholesky_update(ctx, r, w):
   """The Cholesky factor of R^T R + w w^T by Givens rotations of row k of R against w, k = 0, 1, ..., with the
   formulas of JAX's lowering (XLA runs JAX's own code for it on CPU)."""
   n = r.shape[-1]
-  rows, cols = _index_grid(n, n, r.device)
+  rows, cols = _index_grid(n, n)
   w = w.unsqueeze(-2)
   for step in range(n):
-    k = _step(step, r.device)
+    k = _step(step, ctx.device)
     row = _at(rows == k, r, -2)
     x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
     larger = (fm.fabs(x) > fm.fabs(y)).where(fm.fabs(x), fm.fabs(y))

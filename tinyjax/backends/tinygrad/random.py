@@ -42,9 +42,9 @@ def _hash_iota(data: Tensor, shape: tuple) -> tuple[Tensor, Tensor]:
   """Each key hashed with the counters 0, 1, ... laid out in `shape`: two uint32[*K, *shape]."""
   # NB: JAX counts in 64 bits (high word, low word); the high word is 0 below 2**32 elements
   assert math.prod(shape) < 2 ** 32, "random bits of more than 2**32 elements per key"
-  low = Tensor.arange(math.prod(shape), dtype=dtypes.uint32).to(data.device).reshape(shape)
+  low = Tensor.arange(math.prod(shape), dtype=dtypes.uint32).reshape(shape)
   k1, k2 = _key_words(data, len(shape))
-  return _threefry(k1, k2, low.zeros_like(), low)
+  return _threefry(k1, k2, low.const_like(0), low)
 
 
 @register("threefry2x32")
@@ -58,7 +58,7 @@ def _random_seed(ctx, seeds, *, impl):
   if seeds.dtype.itemsize == 8:
     high = (seeds.bitcast(dtypes.uint64) >> 32).cast(dtypes.uint32)
   else:
-    high = seeds.zeros_like().cast(dtypes.uint32)
+    high = seeds.const_like(0, dtypes.uint32)
   return high.stack(seeds.cast(dtypes.uint32), dim=-1)
 
 
@@ -81,7 +81,7 @@ def _random_fold_in(ctx, keys, msgs):
   # JAX's threefry_fold_in hashes the counter pair (0, msg) with each key; msgs wrap to uint32
   k1, k2 = _key_words(keys)
   low = msgs.cast(dtypes.uint32)
-  return Tensor.stack(*_threefry(k1, k2, low.zeros_like(), low), dim=-1)
+  return Tensor.stack(*_threefry(k1, k2, low.const_like(0), low), dim=-1)
 
 
 @register("random_wrap", keys=True)

@@ -10,6 +10,7 @@ import math
 
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 _SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
@@ -23,7 +24,7 @@ def _order_key(x, nan_largest: bool):
   key_dtype = _SIGNED[x.dtype.itemsize]
   bits = x.bitcast(key_dtype)
   key = (bits < 0).where(bits ^ key_dtype.max, bits)  # negatives: a larger magnitude is a smaller key
-  return x.isnan().where(key_dtype.max if nan_largest else key_dtype.min, key)
+  return fm.isnan(x).where(key_dtype.max if nan_largest else key_dtype.min, key)  # NB: bits, not x != x (WGSL)
 
 
 def _from_key(key, dtype):
@@ -167,16 +168,6 @@ register("cummax")(_cumulative(_cumulative_extreme("max")))
 register("cummin")(_cumulative(_cumulative_extreme("min")))
 
 
-def _log1p(u):
-  """log(1 + u) for u >= 0, accurate for tiny u (tinygrad has no log1p, and folds the usual (1+u)-1 trick):
-  up to 1 as 2 atanh(s) with s = u / (2 + u) <= 1/3, by its odd series."""
-  s = u / (2 + u)
-  s2, series = s * s, 0
-  for power in range(15, 0, -2):
-    series = series * s2 + 1 / power
-  return (u > 1).where((1 + u).log(), 2 * s * series)
-
-
 def _cumlogsumexp(x, axis):
   """With m_j the running maximum: m_j + log1p(sum of exp(x_i - m_j) over i <= j, leaving out the first maximum);
   one O(n^2) reduction, as tinygrad's logcumsumexp, which gets -inf, inf and NaN wrong."""
@@ -188,9 +179,9 @@ def _cumlogsumexp(x, axis):
   peak = _from_key(key, wide.dtype)
   position = Tensor.arange(size)
   counted = (position <= position.reshape(size, 1)) & (position != first.unsqueeze(-1))  # [..., j, i]
-  rest = counted.where((wide.unsqueeze(-2) - peak.unsqueeze(-1)).exp(), 0).sum(-1)
+  rest = counted.where(fm.exp(wide.unsqueeze(-2) - peak.unsqueeze(-1)), 0).sum(-1)
   # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
-  total = (peak.isinf() | peak.isnan()).where(peak, peak + _log1p(rest))
+  total = (fm.fabs(peak).eq(math.inf) | fm.isnan(peak)).where(peak, peak + fm.log1p(rest))
   return _positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
 
 

@@ -10,6 +10,7 @@ import math
 import numpy as np
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.indexing import arange, order_key, pick
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
@@ -17,14 +18,14 @@ from tinyjax.backends.tinygrad.table import register, tg_dtype
 def _sort_key(x, dtype):
   """JAX's sort comparator: floats with -0.0 as 0.0 and every NaN as +NaN, then the total order (NaN last)."""
   if np.dtype(dtype).kind == "f":
-    x = (x != x).where(math.nan, (x == 0).where(0.0, x))
+    x = fm.isnan(x).where(math.nan, (x == 0).where(0.0, x))
   return order_key(x, dtype)
 
 
 def _ranks(keys: list, descending: bool):
   """Each element's place along the last axis: the elements before it by the keys in turn, then by position."""
   n = keys[0].shape[-1]
-  position = arange(n, keys[0].device)
+  position = arange(n)
   before = position.reshape(1, n) < position.reshape(n, 1)  # [i, j]: j is before i
   for key in reversed(keys):
     mine, theirs = key.unsqueeze(-1), key.unsqueeze(-2)
@@ -35,7 +36,7 @@ def _ranks(keys: list, descending: bool):
 
 def _place(x, ranks, count: int, dtype):
   """out[..., r] = the element of x (along the last axis) whose rank is r, for r < count."""
-  mask = ranks.unsqueeze(-2) == arange(count, ranks.device).reshape(count, 1)
+  mask = ranks.unsqueeze(-2) == arange(count).reshape(count, 1)
   return pick(mask, x.unsqueeze(-2), -1, dtype)
 
 
@@ -60,6 +61,6 @@ def _top_k(ctx, operand, *, k, axis):
   dtype = np.dtype(ctx.in_avals[0].dtype)
   x = operand.transpose(axis, -1)
   ranks = _ranks([order_key(x, dtype)], descending=True)
-  positions = arange(x.shape[-1], ctx.device, tg_dtype(indices_aval.dtype)).expand(x.shape)
+  positions = arange(x.shape[-1], tg_dtype(indices_aval.dtype)).expand(x.shape)
   return [_place(x, ranks, k, dtype).transpose(axis, -1),
           _place(positions, ranks, k, indices_aval.dtype).transpose(axis, -1)]

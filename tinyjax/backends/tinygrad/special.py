@@ -150,7 +150,7 @@ def _run_expansion(name, ctx, *operands, **params):
   # NB: XLA's CPU backend flushes denormal results to zero, keeping their sign (e^-100 in igammac(1, 100));
   # tinygrad keeps them. The expansion's result is flushed (its intermediate values are not)
   tiny = float(np.finfo(ctx.out_aval.dtype).tiny)
-  return (fm.fabs(result) < tiny).where(fm.with_sign(result.zeros_like(), result), result)
+  return (fm.fabs(result) < tiny).where(fm.with_sign(result.const_like(0), result), result)
 
 
 for _name, (_, _loops) in EXPANSIONS.items():

@@ -1,0 +1,233 @@
+"""Devices: every tensor a rule makes lands on the backend's device whatever tinygrad's default device is, host
+arrays of every kind move to every device, and bfloat16 and float16 programs run natively with XLA's results.
+
+Each test runs on the devices this machine has (CPU always; CL with an OpenCL driver, WEBGPU with Dawn), JAX the
+oracle. Placement runs each device while another is tinygrad's default (tinygrad's DEV, set with its Context).
+"""
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+import pytest
+
+import tinyjax
+import tinyjax.numpy as tnp
+import tinyjax.random
+from oracle import assert_like_jax, check, check_traced, native
+from tinyjax.backends import selection
+
+AVAILABLE = {d.name for d in tinyjax.devices("tinygrad")}
+
+
+def _device_param(name: str):
+  return pytest.param(name, id=name, marks=pytest.mark.skipif(name not in AVAILABLE, reason=f"no {name} here"))
+
+
+DEVICES = [_device_param(name) for name in ("CPU", "CL", "WEBGPU")]
+
+
+@pytest.fixture
+def on_device(request):
+  """Flushes run on the device given as the test's `device` parameter."""
+  tinyjax.flush()
+  tinyjax.config.update("device", request.getfixturevalue("device"))
+  yield
+  tinyjax.flush()
+
+
+@pytest.fixture(params=[("CPU", "CL"), ("CL", "CPU")], ids=["CPU-while-CL-is-default", "CL-while-CPU-is-default"])
+def off_default(request):
+  """Flushes run on one device while tinygrad's default device is another: yields the device."""
+  from tinygrad.helpers import Context
+  device, default = request.param
+  if not {device, default} <= AVAILABLE:
+    pytest.skip(f"needs {device} and {default}")
+  tinyjax.flush()
+  with Context(DEV=default):
+    tinyjax.config.update("device", device)
+    yield device
+    tinyjax.flush()
+
+
+def _assert_on(device: str, results):
+  """Every tinygrad buffer of the results is on `device`."""
+  for leaf in jax.tree_util.tree_leaves(results, is_leaf=lambda x: isinstance(x, tinyjax.Array)):
+    leaf.block_until_ready()
+    for backend, buffer in leaf._value.buffers.items():
+      if backend.name == "tinygrad" and not isinstance(buffer, np.ndarray):
+        assert buffer.device == device, f"a result on {buffer.device}, not {device}"
+
+
+# --- placement: programs whose rules make tensors of their own (constants, iota, scratch, random bits, loop state)
+
+_RNG = np.random.default_rng(0)
+_X = _RNG.normal(size=(4, 5)).astype(np.float32)
+_SPD = (lambda a: a @ a.T + 4 * np.eye(4, dtype=np.float32))(_RNG.normal(size=(4, 4)).astype(np.float32))
+_INDEX = np.int32(2)
+
+
+def _constants(m, x):
+  x = m.asarray(x)
+  return m.arange(5), m.ones((2, 3)), m.eye(3), x + 1, x * 0.0, x ** 0, -m.arange(3)
+
+
+def _indexing(m, x, i):
+  x = m.asarray(x)
+  return (x[i], x[:, i], x[1:3], x.at[i].set(7.0), x.at[2, 1].add(1.0), m.take(x, m.array([0, 3]), axis=1),
+          x.at[m.array([0, 0, 3])].add(2.0), m.roll(x, i, axis=0))
+
+
+def _dynamic_slices(m, x, i):
+  return jax.lax.dynamic_slice(x, (i, 1), (2, 3)), jax.lax.dynamic_update_slice(x, x[:1, :2] * 2, (i, i))
+
+
+def _reductions(m, x):
+  x = m.asarray(x)
+  return (x.sum(), m.argmax(x, axis=1), m.max(x, axis=0), m.cumsum(x, axis=1), m.zeros((0, 3)).sum(0),
+          m.sort(x, axis=1), m.argsort(x[0]), m.any(x > 1))
+
+
+def _linalg(m, a):
+  return m.linalg.cholesky(a), m.linalg.solve(a, a[:, :2] + 1), m.linalg.qr(a), m.linalg.det(a), m.linalg.inv(a)
+
+
+def _loops(m, x):
+  def body(carry):
+    i, y = carry
+    return i + 1, y * 1.5 + i
+  count, grown = jax.lax.while_loop(lambda c: c[0] < 5, body, (0, x))
+  return count, grown, jax.lax.fori_loop(0, 3, lambda i, y: y + i, x), jax.lax.cond(x.sum() > 0, m.sin, m.cos, x)
+
+
+@pytest.mark.parametrize("fn,args", [(_constants, (_X,)), (_indexing, (_X, _INDEX)), (_dynamic_slices, (_X, _INDEX)),
+                                     (_reductions, (_X,)), (_linalg, (_SPD,)), (_loops, (_X,))],
+                         ids=["constants", "indexing", "dynamic_slices", "reductions", "linalg", "loops"])
+def test_rules_place_their_tensors_on_the_backends_device(off_default, fn, args):
+  if fn in (_dynamic_slices, _loops):  # lax calls with static arguments: traced whole
+    actual = check_traced(lambda *xs: fn(jnp, *xs), *args, rtol=1e-5)
+  else:  # NB: linalg's results round differently from LAPACK's, and some are near zero: compared absolutely too
+    actual = check(fn, *args, rtol=1e-5, atol=1e-5 if fn is _linalg else None)
+  _assert_on(off_default, actual)
+
+
+def _rnn_loss(w, xs):
+  def step(h, x):
+    h = jnp.tanh(w @ h + x)
+    return h, h.sum()
+  h, ys = jax.lax.scan(step, jnp.zeros(3, jnp.float32), xs)
+  return ys.sum() + h.sum()
+
+
+@pytest.mark.parametrize("length", [5, 40], ids=["lazy_scan", "replayed_scan"])
+def test_scan_gradient_off_the_default_device(off_default, length):
+  w = _RNG.normal(size=(3, 3)).astype(np.float32) * 0.5
+  xs = _RNG.normal(size=(length, 3)).astype(np.float32)
+  with native():
+    actual = tinyjax.jit(jax.value_and_grad(_rnn_loss))(w, xs)
+  assert_like_jax(actual, jax.jit(jax.value_and_grad(_rnn_loss))(w, xs), rtol=1e-4, atol=1e-5)
+  _assert_on(off_default, actual)
+
+
+def test_random_bits_off_the_default_device(off_default):
+  def sample(r):
+    key = r.key(7)
+    first, second = r.split(key)
+    return (r.normal(first, (3, 2)), r.uniform(r.fold_in(second, 3), (4,)), r.randint(key, (5,), 0, 9),
+            r.key_data(r.split(second, 3)))
+  with native():
+    actual = sample(tinyjax.random)
+  assert_like_jax(actual, sample(jax.random), rtol=1e-6)
+  _assert_on(off_default, actual)
+
+
+def test_optax_training_off_the_default_device(off_default):
+  def init(key):
+    k1, k2 = jax.random.split(key)
+    return {"w1": jax.random.normal(k1, (4, 16)) * 0.5, "b1": jnp.zeros(16), "w2": jax.random.normal(k2, (16, 1)),
+            "b2": jnp.zeros(1)}
+
+  def loss(params, x, y):
+    hidden = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return jnp.mean((hidden @ params["w2"] + params["b2"] - y) ** 2)
+
+  optimizer = optax.adam(1e-2)
+
+  def step(params, state, x, y):
+    value, grads = jax.value_and_grad(loss)(params, x, y)
+    updates, state = optimizer.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, value
+
+  x = _RNG.normal(size=(32, 4)).astype(np.float32)
+  y = np.cos(x).sum(1, keepdims=True).astype(np.float32)
+  results = {}
+  for name, jit in (("jax", jax.jit), ("tinyjax", tinyjax.jit)):
+    params = init(jax.random.key(0))
+    state, run = optimizer.init(params), jit(step)
+    for _ in range(3):
+      params, state, value = run(params, state, x, y)
+    results[name] = (params, value)
+  assert_like_jax(results["tinyjax"], results["jax"], rtol=2e-4, atol=2e-5)
+  _assert_on(off_default, results["tinyjax"])
+
+
+@pytest.mark.parametrize("names", [("CPU", "cpu", "CLANG", "cpu:0"), ("CL", "cl", "GPU")], ids=["CPU", "CL"])
+def test_one_backend_per_device(names):
+  if names[0] not in AVAILABLE:
+    pytest.skip(f"no {names[0]} here")
+  backends = {selection.backend_for("tinygrad", name) for name in names}
+  assert len(backends) == 1 and str(backends.pop().device) == names[0]
+
+
+# --- transfers: any host array to any device
+
+def _host_arrays() -> dict:
+  read_only = np.arange(6, dtype=np.float32).reshape(2, 3)
+  read_only.flags.writeable = False
+  return {
+    "read_only": read_only,
+    "non_contiguous": np.arange(24, dtype=np.int32).reshape(4, 6)[::2, 1::2],
+    "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+    "0-d": np.array(-2.5, np.float32),
+    "jax_array": np.asarray(jnp.arange(5, dtype=jnp.int32) * 3),  # a read-only view of XLA's buffer
+    "zero_size": np.zeros((0, 3), np.float32),
+    "bool": np.array([True, False, True]),
+    "uint8": np.array([0, 7, 255], np.uint8),
+    "float16": np.array([1.5, -0.0, np.inf, 6e-8], np.float16),
+    "bfloat16": np.array([1.5, -0.0, np.nan, 3e-39], ml_dtypes.bfloat16),  # and a subnormal
+    "bfloat16_0-d": np.array(-1.25, ml_dtypes.bfloat16),
+    "bfloat16_zero_size": np.zeros((2, 0), ml_dtypes.bfloat16),
+  }
+
+
+@pytest.mark.parametrize("kind", list(_host_arrays()))
+@pytest.mark.parametrize("device", DEVICES)
+def test_host_arrays_move_to_the_device_and_back(device, kind):
+  host = _host_arrays()[kind]
+  backend = selection.backend_for("tinygrad", device)
+  buffer = backend.put(host)
+  back = backend.get(buffer)
+  assert back.dtype == host.dtype and back.shape == host.shape
+  assert _bits(back) == _bits(host)
+  if backend.supports_dtype(host.dtype):
+    assert buffer.device == device
+  placed = tinyjax.device_put(host, device)
+  assert placed.device == backend.device and _bits(np.asarray(placed)) == _bits(host)
+
+
+def _bits(host: np.ndarray) -> bytes:
+  return np.array(host, copy=True).tobytes()  # C order, whatever the layout
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_jax_array_moves_to_the_device(device):
+  placed = tinyjax.device_put({"a": jnp.arange(4.0), "s": jnp.float32(2)}, device)
+  assert_like_jax(placed, {"a": jnp.arange(4.0), "s": jnp.float32(2)})
+  _assert_on(device, placed)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fallback_results_move_to_the_device(device, on_device):
+  x = _RNG.normal(size=(8,)).astype(np.float32)
+  actual = check(lambda m, v: m.abs(m.fft.rfft(v)) * 2 + v[:5], x, native_only=False, rtol=1e-5)
+  _assert_on(device, actual)
