@@ -34,6 +34,10 @@ from tinyjax.transfer import device_put as tinyjax_device_put
 
 _TINYJAX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TRANSFORMS = ("grad", "value_and_grad", "vmap", "jacfwd", "jacrev", "jacobian", "hessian", "checkpoint", "remat")
+# NB: JAX picks a reduction's primitive by the identity of the function passed (`lax.reduce_window(x, 0., lax.add,
+# ...)` is reduce_window_sum, differentiable; any other function a generic reduce_window, not): these stay JAX's.
+# Called by themselves on concrete values they run on XLA (tinyjax.identity).
+_KEPT = {"lax": frozenset({"add", "mul", "max", "min", "bitwise_and", "bitwise_or", "bitwise_xor"})}
 _TRANSFORMED_KEPT = 256  # transformed functions remembered, so that `jax.grad(f)(x)` in a loop traces once
 
 _scopes = 0  # how many patch() are in effect
@@ -207,7 +211,7 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
         mirrored = getattr(tinyjax_module, attr)
       except AttributeError:
         continue
-      if mirrored is original or isinstance(original, types.ModuleType):
+      if mirrored is original or isinstance(original, types.ModuleType) or attr in _KEPT.get(name, ()):
         continue  # JAX's own object in tinyjax too (dtypes, classes, helpers); submodules are planned by name
       plan.append((jax_module, attr, _replacement(original, mirrored, attr, policy)))
   for attr in _TRANSFORMS:
