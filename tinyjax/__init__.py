@@ -17,7 +17,7 @@ from tinyjax.core.buffer import flush
 from tinyjax.core.mirror import mirror as _mirror
 from tinyjax.core.report import report
 from tinyjax.decorator import tiny
-from tinyjax.patch import patch
+from tinyjax.patching import patch
 from tinyjax.standalone import ExportError, export
 from tinyjax.transfer import device_get, device_put
 from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, explain, grad, hessian, jacfwd,

@@ -234,7 +234,7 @@ def run(
 
 
 def _patched(on: bool):
-  from tinyjax.patch import patch
+  from tinyjax.patching import patch
   return patch() if on else contextlib.nullcontext()
 
 
