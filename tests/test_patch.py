@@ -72,7 +72,7 @@ def test_unmodified_program_runs_on_tinygrad(runs, name, device):
   assert by_python.returncode == 0, by_python.stderr
   assert by_tinyjax.returncode == 0, by_tinyjax.stderr
   assert by_tinyjax.stdout == by_python.stdout
-  assert by_tinyjax.stderr.startswith("tinyjax report: "), by_tinyjax.stderr
+  assert "tinyjax report: " in by_tinyjax.stderr, by_tinyjax.stderr  # NB: POCL prints its compiler warnings
   assert _native_share(by_tinyjax.stderr) >= 0.95, by_tinyjax.stderr
 
 
