@@ -182,6 +182,23 @@ def bench_mlp(repeats):
   row("MLP train step (512x64 -> 256 -> 256 -> 1)", times, ("tinyjax auto", "jax.jit", "<= 1.1"))
 
 
+def bench_patched_jit(repeats):
+  """A plain `@jax.jit` step under tinyjax.patch() (as `tinyjax run` runs it) against tinyjax.jit of the same step."""
+  model, optimizer = nn.Dense(16), optax.sgd(1e-2)
+  x = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
+  params = model.init(jax.random.key(0), x[:1])
+
+  def train_step(params, opt_state, x):
+    value, grads = jax.value_and_grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state, value
+
+  times = {"tinyjax.jit": timed_steps(tinyjax.jit(train_step), params, optimizer, (tnp.asarray(x),), repeats)}
+  with tinyjax.patch():
+    times["patched jax.jit"] = timed_steps(jax.jit(train_step), params, optimizer, (jnp.asarray(x),), repeats)
+  row("Dense train step (64x32 -> 16), dispatch-bound", times, ("patched jax.jit", "tinyjax.jit", "<= 1.05"))
+
+
 class Block(nn.Module):
   @nn.compact
   def __call__(self, x):
@@ -324,12 +341,12 @@ def bench_first_call():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
-  parser.add_argument("--only", default="cnn,mlp,transformer,eager,dispatch,deep_loop,first_call",
+  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,first_call",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
   benches = {"cnn": lambda: [bench_cnn(batch, repeats) for batch in ((64,) if args.quick else (256, 512))],
-             "mlp": lambda: bench_mlp(repeats), "transformer": lambda: bench_transformer(repeats),
+             "mlp": lambda: bench_mlp(repeats), "patched_jit": lambda: bench_patched_jit(repeats), "transformer": lambda: bench_transformer(repeats),
              "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
              "deep_loop": bench_deep_loop, "first_call": bench_first_call}
   with tempfile.TemporaryDirectory() as choices:

@@ -1,11 +1,8 @@
-"""A transformer block (causal self-attention, LayerNorm, gelu MLP): forward and gradient under tinyjax.jit,
-checked against jax.jit. Run: `tinyjax run examples/transformer_block.py`."""
+"""A transformer block (causal self-attention, LayerNorm, gelu MLP) in plain JAX and flax: forward and gradient
+under jax.jit. Run: `tinyjax run examples/transformer_block.py --report` (or `python ...` to compare with XLA)."""
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
-
-import tinyjax
 
 
 class Block(nn.Module):
@@ -28,12 +25,11 @@ def loss(params, x):
   return jnp.mean(block.apply(params, x) ** 2)
 
 
-forward = tinyjax.jit(block.apply)
-gradient = tinyjax.jit(jax.grad(loss))
+forward = jax.jit(block.apply)
+gradient = jax.jit(jax.grad(loss))
 out = forward(params, x)
 grads = gradient(params, x)
-np.testing.assert_allclose(np.asarray(out), jax.jit(block.apply)(params, x), rtol=1e-4, atol=1e-4)
-for g, e in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(jax.jit(jax.grad(loss))(params, x))):
-  np.testing.assert_allclose(np.asarray(g), e, rtol=1e-3, atol=1e-5)
-print("transformer block: output", out.shape, "and gradients match jax.jit")
-print(tinyjax.explain(gradient)(params, x))
+print("transformer block: output", out.shape, f"mean square {float(jnp.mean(out ** 2)):.4f}")
+norms = {"/".join(str(getattr(k, "key", k)) for k in path): float(jnp.linalg.norm(g))
+         for path, g in jax.tree_util.tree_leaves_with_path(grads)}
+print(f"{len(norms)} gradients, largest norm {max(norms.values()):.4f} ({max(norms, key=norms.get)})")

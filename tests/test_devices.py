@@ -274,7 +274,7 @@ def test_sixteen_bit_programs_run_natively(device, dtype, on_device):
   w = _RNG.normal(size=(16, 4)).astype(dtype)
   actual = check(_programs, x, w)
   _assert_on(device, actual)
-  backend = base.backend_for("tinygrad", device)
+  backend = selection.backend_for("tinygrad", device)
   assert all(isinstance(backend.get(leaf._value.buffers[backend]), np.ndarray) and not
              isinstance(leaf._value.buffers[backend], np.ndarray) for leaf in jax.tree_util.tree_leaves(
                actual, is_leaf=lambda a: isinstance(a, tinyjax.Array)))  # device buffers, not host arrays
@@ -284,7 +284,7 @@ def _emulates(device: str, dtype) -> bool:
   """Whether tinygrad emulates the 16-bit float on the device (its renderer lacks it), flushing subnormals."""
   from tinygrad import Device
   from tinyjax.backends.tinygrad.table import tg_dtype
-  backend = base.backend_for("tinygrad", device)
+  backend = selection.backend_for("tinygrad", device)
   backend.supports_dtype(dtype)  # a device whose compiler rejects the dtype computes it by emulation (backend.contexts)
   return tg_dtype(dtype) not in Device[device].renderer.supported_dtypes() or bool(backend.contexts)
 

@@ -323,7 +323,7 @@ def test_integer_division_by_zero_does_not_kill_the_process():
 
 def test_x64_dtypes_in_a_subprocess():
   """int64, uint64 and float64 need jax_enable_x64, which is global: checked in a process of their own."""
-  from tinyjax.backends.base import current_backend
+  from tinyjax.backends.selection import current_backend
   if not getattr(current_backend(), "supports_dtype", lambda dtype: True)(np.dtype(np.float64)):
     pytest.skip("the device has no float64: the TINYJAX_F64 policy applies (tests/test_float64.py)")
   result = run_python("""
@@ -404,7 +404,7 @@ def test_float32_programs_have_no_float64():
 
   from tinygrad import Device
 
-  from tinyjax.backends.base import current_backend
+  from tinyjax.backends.selection import current_backend
   backend = current_backend()
   device = getattr(backend, "tg_device", Device.DEFAULT)
   backend.supports_dtype(np.dtype(np.float64))  # the backend's probe of float64 support is no part of the program

@@ -4,6 +4,9 @@ The options become environment variables before the script starts (tinyjax and t
 at first use, and child processes inherit them), so the script behaves as if they had been exported. The
 exit code is the script's own; a traceback shows the script's frames, not tinyjax's or runpy's. Exit code 2
 means tinyjax refused to start the script (unknown device, missing script or module, bad setting).
+
+Patch mode (tinyjax.patch, on unless --no-patch) is in effect before the script starts, so that an ordinary
+`import jax` script, and the `@jax.jit` decorators its modules, flax and optax apply on import, run on tinyjax.
 """
 import contextlib
 import enum
@@ -194,6 +197,9 @@ def run(
   beam: Annotated[int | None, typer.Option(min=0, help="tinygrad's kernel search width (BEAM).",
                                            show_default=False)] = None,
   debug: Annotated[int | None, typer.Option(min=0, help="tinygrad's debug level (DEBUG).", show_default=False)] = None,
+  patch: Annotated[bool, typer.Option(
+    "--patch/--no-patch", help="Run JAX's own functions (jax.numpy, jax.jit, jax.random, ...) on tinyjax, so that "
+                               "a plain `import jax` script runs on the chosen device.")] = True,
 ):
   """Run a Python script (or -m MODULE) as `__main__` on the chosen backend and device.
 
@@ -215,12 +221,21 @@ def run(
     with _Environment(_environment(device, backend, fallback, beam, debug)) as environment:
       _check_settings()
       environment.apply_to_tinygrad()
-      with collecting() as ran:  # NB: what this run did, also when the command is invoked in a longer process
+      with collecting() as ran, _patched(patch):  # NB: `ran` is this run's, also inside a longer process
         code = _execute(script, module, own_file)
+      sys.stdout.flush()
       if report:
-        sys.stdout.flush()
         print(str(ran), file=sys.stderr)
+      if not ran.flushes and not ran.eager:
+        print("tinyjax run: the script ran nothing through tinyjax"
+              + (" (patch mode is off: --no-patch)" if not patch else
+                 " (no jax.numpy, jax.jit, jax.random, ... call of it reached tinyjax)"), file=sys.stderr)
   raise typer.Exit(code)
+
+
+def _patched(on: bool):
+  from tinyjax.patching import patch
+  return patch() if on else contextlib.nullcontext()
 
 
 def _module_file(module: str) -> str:

@@ -19,6 +19,11 @@ class Report:
   choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
 
   @property
+  def native_share(self) -> tuple[int, int]:
+    """(equation runs on the native backend, all equation runs): what ran outside XLA."""
+    return sum(n for (b, _), n in self.primitives.items() if b != "xla"), sum(self.primitives.values())
+
+  @property
   def fallback_primitives(self) -> dict[str, int]:
     return {p: n for (b, p), n in self.primitives.items() if b == "xla"}
 
@@ -35,6 +40,9 @@ class Report:
         lines.append("  " + prim.ljust(width) + "".join(str(self.primitives[b, prim]).rjust(10) for b in backends))
     for reason, runs in sorted(self.choices.items()):
       lines.append(f"{reason}: {runs} runs")
+    native, total = self.native_share
+    if total:
+      lines.append(f"{native} of {total} equation runs native ({100 * native / total:.1f}%), the rest on XLA")
     if self.eager:
       lines.append("run eagerly by JAX (they need concrete values): "
                    + ", ".join(f"{fn} x{n}" for fn, n in sorted(self.eager.items())))

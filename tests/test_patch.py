@@ -1,0 +1,205 @@
+"""Patch mode: unmodified JAX programs run on tinygrad under `tinyjax run`, and tinyjax.patch() restores JAX exactly.
+
+The programs in tests/programs/ are plain JAX (they never import tinyjax). Each runs twice in a subprocess, as
+`python PROGRAM` and as `tinyjax run PROGRAM --device CPU --report`: the same stdout, and the report shows (nearly)
+all equation runs on tinygrad.
+"""
+import importlib
+import pathlib
+import re
+import subprocess
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tinyjax
+from tinyjax import patching as patch_module
+from tinyjax.cli.main import app
+
+PROGRAMS = pathlib.Path(__file__).parent / "programs"
+NAMES = ("jitted_loop", "eager_numpy", "random_vmap_scan", "flax_optax_cnn")
+NATIVE_SHARE = re.compile(r"^(\d+) of (\d+) equation runs native", re.MULTILINE)
+
+
+def _cl_available() -> bool:
+  from tinyjax.backends.base import DeviceNotFoundError
+  from tinyjax.backends.selection import backend_for
+  try:
+    backend_for("tinygrad", "CL")
+  except DeviceNotFoundError:
+    return False
+  return True
+
+
+@pytest.fixture(scope="module")
+def runs():
+  """(program, how) -> CompletedProcess, all started at once: each pays for importing JAX (and tinygrad)."""
+  cases = {}
+  for name in NAMES:
+    path = str(PROGRAMS / f"{name}.py")
+    cases[name, "python"] = [sys.executable, path]
+    cases[name, "CPU"] = [sys.executable, "-m", "tinyjax.cli.main", "run", path, "--device", "CPU", "--report"]
+  if _cl_available():
+    cases["flax_optax_cnn", "CL"] = [sys.executable, "-m", "tinyjax.cli.main", "run", str(PROGRAMS / "flax_optax_cnn.py"),
+                                     "--device", "CL", "--report"]
+  started = {case: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for case, command in cases.items()}
+  done = {}
+  for case, process in started.items():
+    stdout, stderr = process.communicate(timeout=900)
+    done[case] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+  return done
+
+
+def _native_share(stderr: str) -> float:
+  found = NATIVE_SHARE.search(stderr)
+  assert found, stderr
+  native, total = map(int, found.groups())
+  assert total > 0
+  return native / total
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("device", ["CPU", "CL"])
+def test_unmodified_program_runs_on_tinygrad(runs, name, device):
+  if (name, device) not in runs:
+    pytest.skip("CL: once, for the flax + optax program, where the CL device (POCL) is installed")
+  by_python, by_tinyjax = runs[name, "python"], runs[name, device]
+  assert by_python.returncode == 0, by_python.stderr
+  assert by_tinyjax.returncode == 0, by_tinyjax.stderr
+  assert by_tinyjax.stdout == by_python.stdout
+  assert "tinyjax report: " in by_tinyjax.stderr, by_tinyjax.stderr  # NB: POCL prints its compiler warnings
+  assert _native_share(by_tinyjax.stderr) >= 0.95, by_tinyjax.stderr
+
+
+# --- tinyjax.patch() in this process
+
+
+def _jax_state() -> dict:
+  """Every public attribute of JAX's modules that the patch could touch, and jax.Array's own attributes."""
+  modules = [importlib.import_module(f"jax.{name}") for name in patch_module._computing_modules()]  # imported first
+  state = {("jax", name): getattr(jax, name) for name in dir(jax) if not name.startswith("_")}
+  for name, module in zip(patch_module._computing_modules(), modules):
+    state.update({(name, attr): value for attr, value in vars(module).items() if not attr.startswith("_")})
+  state.update({("jax.Array", attr): value for attr, value in vars(jax.Array).items()})
+  return state
+
+
+def _loss(w, x):
+  return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+
+def test_patch_is_a_context_manager_that_restores_jax_exactly_also_when_the_body_raises():
+  before = _jax_state()
+  with pytest.raises(ZeroDivisionError):
+    with tinyjax.patch():
+      assert jax.numpy.sin is not before["numpy", "sin"] and jax.jit is not before["jax", "jit"]
+      captured_jit = jax.jit(_loss)
+      captured_sin = jnp.sin
+      assert isinstance(jnp.ones(3), tinyjax.Array)
+      1 / 0
+  after = _jax_state()
+  assert after.keys() == before.keys()
+  assert [key for key in before if after[key] is not before[key]] == []
+  assert not patch_module.is_patched()
+  # what was made or captured while patched is JAX's own behaviour again
+  w, x = np.ones((3, 2), np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+  result, expected = captured_jit(w, x), jax.jit(_loss)(w, x)
+  assert type(result) is type(expected) and not isinstance(result, tinyjax.Array)
+  np.testing.assert_array_equal(result, expected)
+  assert type(captured_sin(x)) is type(jnp.sin(x)) and not isinstance(jnp.ones(3), tinyjax.Array)
+
+
+def test_patch_as_a_function_until_undone_and_nested():
+  original_jit = jax.jit
+  outer = tinyjax.patch()
+  try:
+    with tinyjax.patch():
+      assert patch_module.is_patched()
+    assert patch_module.is_patched() and jax.jit is not original_jit  # the outer patch still holds
+  finally:
+    outer.undo()
+  outer.undo()  # undoing twice changes nothing
+  assert not patch_module.is_patched() and jax.jit is original_jit
+
+
+def test_patched_functions_compute_on_tinyjax_with_jax_results():
+  w = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+  x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+  expected_loss, expected_grad = jax.jit(jax.value_and_grad(_loss))(w, x)
+  expected_key = jax.random.normal(jax.random.key(1), (4,))
+  with tinyjax.patch():
+    loss, grad = jax.jit(jax.value_and_grad(_loss))(jnp.asarray(w), x)
+    eager_grad = jax.grad(_loss)(w, x)
+    normal = jax.random.normal(jax.random.key(1), (4,))
+    put = jax.device_put(w, jax.devices()[0])
+    index = jnp.r_[1:3, 7]
+    total = jnp.add.reduce(jnp.arange(5.0))
+  for got in (loss, grad, eager_grad, normal, put, index, total):
+    assert isinstance(got, tinyjax.Array)
+  np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
+  np.testing.assert_allclose(grad, expected_grad, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(eager_grad, expected_grad, rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(normal, expected_key)
+  np.testing.assert_array_equal(put, w)
+  np.testing.assert_array_equal(index, [1, 2, 7])
+  assert float(total) == 10.0
+
+
+def _traced(x):
+  """grad, vmap, scan and a custom_jvp function (jax.nn.relu) together."""
+  def body(carry, row):
+    return carry + jax.nn.relu(row).sum(), jnp.sin(row)
+  total, rows = jax.lax.scan(body, 0.0, x)
+  return jax.vmap(jax.grad(lambda r: jnp.sum(r ** 3)))(rows).sum() + total
+
+
+def test_transformations_inside_trace_exactly_as_in_jax():
+  x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+  expected = str(jax.make_jaxpr(jax.grad(_traced))(x))
+  with tinyjax.patch():
+    assert str(jax.make_jaxpr(jax.grad(_traced))(x)) == expected
+    got = jax.jit(jax.grad(_traced))(x)
+  np.testing.assert_allclose(got, jax.grad(_traced)(x), rtol=1e-6)
+
+
+def test_reductions_keep_jax_identity_of_their_monoid():
+  """lax.reduce_window(x, 0., lax.add, ...) is reduce_window_sum (differentiable) only if lax.add is JAX's own."""
+  def pooled(x):
+    return jax.lax.reduce_window(x, 0.0, jax.lax.add, (2,), (2,), "VALID").sum()
+  with tinyjax.patch():
+    np.testing.assert_array_equal(jax.grad(pooled)(jnp.arange(4.0)), np.ones(4, np.float32))
+
+
+# --- tinyjax run
+
+
+def _invoke(*args):
+  from typer.testing import CliRunner
+  return CliRunner().invoke(app, list(args))
+
+
+PLAIN_JAX = "import jax.numpy as jnp\nprint(float(jnp.sin(jnp.arange(3.0)).sum()))\n"
+
+
+def test_run_without_patch_says_nothing_ran_through_tinyjax(tmp_path):
+  path = tmp_path / "plain.py"
+  path.write_text(PLAIN_JAX)
+  result = _invoke("run", "--no-patch", "--device", "CPU", str(path))
+  assert result.exit_code == 0, result.output
+  assert result.stdout == f"{float(jnp.sin(jnp.arange(3.0)).sum())}\n"
+  assert "ran nothing through tinyjax (patch mode is off: --no-patch)" in result.stderr
+
+
+def test_run_with_fallback_error_fails_at_the_users_line(tmp_path):
+  path = tmp_path / "fft.py"
+  path.write_text("import jax.numpy as jnp\n\nx = jnp.ones(8)\ny = jnp.fft.fft(x)\nprint(y)\n")
+  result = _invoke("run", "--device", "CPU", "--fallback", "error", str(path))
+  assert result.exit_code == 1
+  assert f'File "{path}", line 4, in <module>' in result.stderr
+  assert "FallbackError" in result.stderr and "fft" in result.stderr
+  assert not patch_module.is_patched()

@@ -1,0 +1,274 @@
+"""Patch mode: an ordinary `import jax` program runs its work on the tinyjax backend.
+
+`tinyjax.patch()` (on by default in `tinyjax run`) replaces, in JAX's own modules, the names that compute:
+
+- every function of jax.numpy, jax.lax, jax.random, jax.nn, jax.scipy, jax.image, jax.ops and their submodules
+  becomes its tinyjax mirror (tinyjax.identity decides which names compute): on concrete values a buffered tinyjax
+  call, on JAX tracers (inside jit, grad, vmap, scan, custom_jvp) JAX's own function, so tracing is exactly JAX's;
+- `jax.jit` makes functions that run their jaxpr on the tinyjax backend (as tinyjax.jit), and `jax.grad`,
+  `value_and_grad`, `vmap`, `jacfwd`, `jacrev`, `jacobian`, `hessian`, `checkpoint`/`remat`, `jvp`, `vjp`,
+  `linearize` called on concrete values trace the transformed function once and run it on the backend;
+- `jax.device_put` makes tinyjax Arrays on the device in effect.
+
+Each replacement is a small wrapper holding JAX's original. It calls the original when the patch is off (so a
+function captured while patched, e.g. a `@jax.jit` decorator applied when a module was imported, behaves exactly as
+JAX's once the patch is undone) and when its caller is tinyjax's own code (tinyjax computes with JAX's originals).
+Undoing the patch puts back the very objects that were there.
+
+NB: what the patch cannot reach is JAX's: functions captured before it (`from jax.numpy import dot` in a module
+imported earlier), JAX's scalar types (`jnp.float32(1.0)`), and `jax.Array`s JAX made before it.
+"""
+import functools
+import importlib
+import os
+import pkgutil
+import sys
+import types
+
+import jax
+
+from tinyjax import identity
+from tinyjax.backends.base import Device
+from tinyjax.core import buffer, mirror, tracing
+from tinyjax.transfer import device_put as tinyjax_device_put
+
+_TINYJAX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TRANSFORMS = ("grad", "value_and_grad", "vmap", "jacfwd", "jacrev", "jacobian", "hessian", "checkpoint", "remat")
+# NB: JAX picks a reduction's primitive by the identity of the function passed (`lax.reduce_window(x, 0., lax.add,
+# ...)` is reduce_window_sum, differentiable; any other function a generic reduce_window, not): these stay JAX's.
+# Called by themselves on concrete values they run on XLA (tinyjax.identity).
+_KEPT = {"lax": frozenset({"add", "mul", "max", "min", "bitwise_and", "bitwise_or", "bitwise_xor"})}
+_TRANSFORMED_KEPT = 256  # transformed functions remembered, so that `jax.grad(f)(x)` in a loop traces once
+
+_scopes = 0  # how many patch() are in effect
+_on = False  # whether the replacements compute on tinyjax (read at every call: one global lookup)
+_undo: list[tuple[types.ModuleType, str, object]] = []  # (module, name, JAX's original), in patching order
+
+
+def _for_tinyjax() -> bool:
+  """Whether a replacement should compute on tinyjax: the patch is on and its caller is not tinyjax itself."""
+  return _on and not sys._getframe(2).f_code.co_filename.startswith(_TINYJAX_DIR)
+
+
+def _dispatching(original, replacement):
+  """A function that is `replacement` while patched (outside tinyjax's code) and `original` otherwise."""
+  @functools.wraps(original)
+  def patched(*args, **kwargs):
+    if _for_tinyjax():
+      return replacement(*args, **kwargs)
+    return original(*args, **kwargs)
+  return patched
+
+
+class _Ufunc:
+  """A jnp.ufunc and its methods (reduce, accumulate, outer, at, reduceat), dispatching as `_dispatching`."""
+
+  def __init__(self, original, mirrored):
+    self._original, self._mirrored = original, mirrored
+    functools.update_wrapper(self, original)
+
+  def __call__(self, *args, **kwargs):
+    if _for_tinyjax():
+      return self._mirrored(*args, **kwargs)
+    return self._original(*args, **kwargs)
+
+  def __getattr__(self, name):
+    attr = getattr(self._original, name)
+    return _dispatching(attr, getattr(self._mirrored, name)) if callable(attr) else attr
+
+  def __repr__(self):
+    return repr(self._original)
+
+
+class _IndexTrick:
+  """`r_`, `c_`, `mgrid`, `ogrid`, dispatching as `_dispatching` when indexed."""
+
+  def __init__(self, original, mirrored):
+    self._original, self._mirrored = original, mirrored
+
+  def __getitem__(self, key):
+    return (self._mirrored if _for_tinyjax() else self._original)[key]
+
+  def __repr__(self):
+    return repr(self._original)
+
+
+def _factory(original):
+  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`): what it makes while patched
+  dispatches (flax makes its default initializers when it is imported, and calls them later)."""
+  @functools.wraps(original)
+  def patched(*args, **kwargs):
+    made = original(*args, **kwargs)
+    return _dispatching(made, mirror.wrap(made)) if _for_tinyjax() and callable(made) else made
+  return patched
+
+
+class _Jitted:
+  """What the patched `jax.jit` makes: JAX's jitted function, run as tinyjax.jit runs it while patched."""
+
+  def __init__(self, jitted):
+    self._jitted = jitted
+    functools.update_wrapper(self, jitted)
+
+  def __call__(self, *args, **kwargs):
+    if not _for_tinyjax():
+      return self._jitted(*args, **kwargs)
+    out = tracing.call(self._jitted, args, kwargs)
+    buffer.flush()  # as tinyjax.jit: dispatched at once, so a loop of steps replays one captured program
+    return out
+
+  def __get__(self, instance, owner=None):
+    return self if instance is None else types.MethodType(self, instance)
+
+  def __getattr__(self, name):  # lower, trace, eval_shape, clear_cache, ...
+    return getattr(self._jitted, name)
+
+  def __repr__(self):
+    return repr(self._jitted)
+
+
+def _jit(original):
+  @functools.wraps(original)
+  def jit(*fun, **options):
+    if not fun:
+      return functools.partial(jit, **options)  # `jax.jit(static_argnums=1)` used as a decorator
+    jitted = original(*fun, **options)
+    return _Jitted(jitted) if _for_tinyjax() else jitted
+  return jit
+
+
+def _transform(original):
+  """`jax.grad` and the like: the transformed function, traced once per avals and run on the backend while
+  patched (JAX's own, given tracers: tinyjax's tracing defers to it)."""
+  transformed_by_key: dict = {}
+
+  @functools.wraps(original)
+  def transform(fun, *options, **keywords):
+    try:
+      key = (fun, options, tuple(sorted(keywords.items())))
+      transformed = transformed_by_key.get(key)
+    except TypeError:  # an unhashable option: transformed anew
+      key, transformed = None, None
+    if transformed is None:
+      transformed = original(fun, *options, **keywords)
+      if key is not None:
+        if len(transformed_by_key) >= _TRANSFORMED_KEPT:
+          transformed_by_key.pop(next(iter(transformed_by_key)))
+        transformed_by_key[key] = transformed
+    if not _for_tinyjax():
+      return transformed
+
+    @functools.wraps(fun)
+    def run(*args, **kwargs):
+      if _for_tinyjax():
+        return tracing.call(transformed, args, kwargs)
+      return transformed(*args, **kwargs)
+    return run
+  return transform
+
+
+def _device_put(x, device=None, **options):
+  """jax.device_put while patched: a tinyjax Array on `device` if it is a tinyjax Device, else on the device in
+  effect. NB: JAX's devices and shardings name places tinyjax does not compute; `src`, `donate`, `may_alias` have
+  no meaning for immutable tinyjax values."""
+  return tinyjax_device_put(x, device if isinstance(device, Device) else None)
+
+
+def _computing_modules() -> list[str]:
+  """The names (`numpy`, `numpy.linalg`, `scipy.stats.norm`, ...) of JAX's public modules whose functions compute."""
+  names = []
+  for top in identity.COMPUTING:
+    package = importlib.import_module(f"jax.{top}")
+    names.append(top)
+    for found in pkgutil.walk_packages(getattr(package, "__path__", []), f"jax.{top}."):
+      if "._" not in found.name:
+        names.append(found.name.removeprefix("jax."))
+  return names
+
+
+def _replacement(original, mirrored, name: str, policy: dict):
+  if isinstance(mirrored, mirror.Ufunc):
+    return _Ufunc(original, mirrored)
+  if isinstance(mirrored, mirror.IndexTrick):
+    return _IndexTrick(original, mirrored)
+  if name in policy["factories"]:
+    return _factory(original)
+  return _dispatching(original, mirrored)
+
+
+def _plan() -> list[tuple[types.ModuleType, str, object]]:
+  """(JAX module, name, replacement) for every name the patch replaces. The mirrors are all made here, before any
+  name is replaced, so that each wraps JAX's original."""
+  plan = []
+  for name in _computing_modules():
+    jax_module, tinyjax_module = importlib.import_module(f"jax.{name}"), importlib.import_module(f"tinyjax.{name}")
+    policy = identity.module_policy(name)
+    for attr in dir(jax_module):
+      if attr.startswith("_"):
+        continue
+      original = getattr(jax_module, attr)
+      try:
+        mirrored = getattr(tinyjax_module, attr)
+      except AttributeError:
+        continue
+      if mirrored is original or isinstance(original, types.ModuleType) or attr in _KEPT.get(name, ()):
+        continue  # JAX's own object in tinyjax too (dtypes, classes, helpers); submodules are planned by name
+      plan.append((jax_module, attr, _replacement(original, mirrored, attr, policy)))
+  for attr in _TRANSFORMS:
+    plan.append((jax, attr, _transform(getattr(jax, attr))))
+  from tinyjax import transforms
+  for attr in ("jvp", "vjp", "linearize"):
+    plan.append((jax, attr, _dispatching(getattr(jax, attr), getattr(transforms, attr))))
+  plan.append((jax, "jit", _jit(jax.jit)))
+  plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
+  return plan
+
+
+def _apply() -> None:
+  global _on
+  for module, name, replacement in _plan():
+    _undo.append((module, name, module.__dict__[name]))
+    setattr(module, name, replacement)
+  _on = True
+
+
+def _restore() -> None:
+  global _on
+  _on = False
+  while _undo:
+    module, name, original = _undo.pop()
+    setattr(module, name, original)
+
+
+def is_patched() -> bool:
+  """Whether JAX's functions run on tinyjax now."""
+  return _on
+
+
+class patch:  # noqa: N801  (used like a function: `tinyjax.patch()`)
+  """Run JAX's own functions on the tinyjax backend: `tinyjax.patch()` from now on, or `with tinyjax.patch():`
+  for a block (JAX exactly as it was afterwards, also when the block raises). `undo()` ends a `patch()` early.
+  Patches nest: JAX is restored when the last one ends."""
+
+  def __init__(self):
+    global _scopes
+    if _scopes == 0:
+      _apply()
+    _scopes += 1
+    self._open = True
+
+  def undo(self) -> None:
+    global _scopes
+    if not self._open:
+      return
+    self._open = False
+    _scopes -= 1
+    if _scopes == 0:
+      _restore()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    self.undo()
+    return False
