@@ -55,9 +55,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
     "subnormals) to zero; where tinygrad renders bfloat16 (CL) it keeps them (where it emulates it, it flushes them)",
   ("sin/cos of float64 beyond 1e30", "float64"): "floatmath reduces float64 arguments in three 24-bit parts (1e-15 "
     "below 1e30, 1e-9 at 1e38); XLA's argument reduction stays exact",
-  # tinyjax.export (tests/test_export.py)
-  ("export webgpu: seed CNN, silu + avg_pool", None): "floatmath evaluates float32 logistic (in silu) in float64 "
-    "to match XLA's rounding, and WGSL has no float64: the WebGPU export stops with an ExportError that says so",
 }
 
 
