@@ -11,7 +11,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 from oracle import assert_like_jax
-from tinyjax.backends import auto, base
+from tinyjax.backends import auto, selection
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def auto_backend(tmp_path, monkeypatch):
   path = tmp_path / "auto.json"
   monkeypatch.setenv("TINYJAX_AUTO_CACHE", str(path))
   tinyjax.config.update("backend", "auto")
-  monkeypatch.setattr(base, "_backends", {})  # fresh backends: no program compiled or choice read before
+  monkeypatch.setattr(selection, "_backends", {})  # fresh backends: no program compiled or choice read before
   yield path
   tinyjax.flush()
 
@@ -70,7 +70,7 @@ def test_a_remembered_choice_skips_the_trial(auto_backend, monkeypatch):
   force(monkeypatch, "xla")
   program(tnp, tnp.asarray(X), tnp.asarray(Y)).block_until_ready()
   # a new process: a new backend reads the file, and must not measure again
-  monkeypatch.setattr(base, "_backends", {})
+  monkeypatch.setattr(selection, "_backends", {})
   monkeypatch.setattr(auto.AutoBackend, "_trial", lambda *a: pytest.fail("measured a remembered program again"))
   result = tinyjax.explain(lambda: program(tnp, tnp.asarray(X), tnp.asarray(Y)))()
   assert set(result.segments) == {"xla"}
@@ -101,7 +101,7 @@ def test_unwritable_cache_still_runs(tmp_path, monkeypatch):
   blocker = tmp_path / "file"
   blocker.write_text("")
   monkeypatch.setenv("TINYJAX_AUTO_CACHE", str(blocker / "auto.json"))  # a path under a file: cannot be made
-  monkeypatch.setattr(base, "_backends", {})
+  monkeypatch.setattr(selection, "_backends", {})
   tinyjax.config.update("backend", "auto")
   assert_like_jax(program(tnp, tnp.asarray(X), tnp.asarray(Y)), program(jnp, X, Y))
   assert blocker.read_text() == ""
