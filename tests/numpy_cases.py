@@ -469,7 +469,7 @@ INDEX_TRICKS = [
   Case("ogrid", call=lambda np: np.ogrid[0:3, 1:4:2], label="ogrid[0:3,1:4:2]"),
 ]
 
-# Helpers passed through from jax.numpy (tinyjax.numpy.PASSTHROUGH) that read an array's shape or dtype
+# Helpers passed through from jax.numpy (tinyjax.identity.PASSTHROUGH) that read an array's shape or dtype
 ARRAY_HELPERS = [
   c("shape", F32), c("shape", SCALAR), c("ndim", F32_3D), c("size", F32), c("size", F32, 1),
   c("result_type", F32, I32), c("result_type", U8, 1.0), c("iscomplexobj", C64), c("iscomplexobj", F32),
@@ -563,7 +563,7 @@ NOT_ARRAY_FUNCTIONS: dict[str, str] = {
     "unsignedinteger".split(), _ABSTRACT_TYPE),
   "dtype": "the dtype class", "finfo": "machine limits of a float dtype", "iinfo": "machine limits of an int dtype",
   "ufunc": "the ufunc class (its instances are tested through their calls and methods)",
-  "ComplexWarning": "a warning class", "ndarray": "the array type: tinyjax.numpy.ndarray is tinyjax.Array",
+  "ComplexWarning": "a warning class", "ndarray": "the array type: jax.Array, of which tinyjax Arrays are instances",
   "e": "a constant", "pi": "a constant", "inf": "a constant", "nan": "a constant", "euler_gamma": "a constant",
   "newaxis": "None, for indexing", "s_": "builds index tuples", "index_exp": "builds index tuples",
   "promote_types": "works on dtypes", "issubdtype": "works on dtypes", "isdtype": "works on dtypes",

@@ -15,9 +15,9 @@ XFAIL: dict[tuple[str, str | None], str] = {
     "axes (TypeError)",
   ("jnp.from_dlpack", None): "tinyjax traces the argument as an abstract array, which has no __dlpack__: "
     "from_dlpack needs the concrete producer (an override in tinyjax.numpy)",
-  ("jnp.vectorize", None): "passed through (tinyjax.numpy.PASSTHROUGH): the function it makes computes with "
+  ("jnp.vectorize", None): "passed through (tinyjax.identity.PASSTHROUGH): the function it makes computes with "
     "jax.numpy and returns jax.Arrays, not tinyjax.Arrays",
-  ("jnp.frompyfunc", None): "passed through (tinyjax.numpy.PASSTHROUGH): the ufunc it makes computes with jax.numpy "
+  ("jnp.frompyfunc", None): "passed through (tinyjax.identity.PASSTHROUGH): the ufunc it makes computes with jax.numpy "
     "and returns jax.Arrays, not tinyjax.Arrays",
   ("jnp.u8 + 300", None): "tinyjax traces Python scalars as weak-typed int32 inputs, so JAX's check that a Python "
     "int fits the array's dtype (OverflowError) never runs: the result wraps silently",

@@ -83,8 +83,8 @@ PASSTHROUGH = {
   "nn.initializers": frozenset({"Initializer"}),
 }
 
-# Module attributes JAX defines with dunder names that are part of an API (the array API standard's version).
-DUNDERS = ("__array_api_version__",)
+# Module attributes JAX defines with dunder names that are part of an API (the array API standard's).
+DUNDERS = ("__array_api_version__", "__array_namespace_info__", "__version_info__")
 
 
 def _factories(jax_module) -> frozenset:

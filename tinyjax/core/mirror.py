@@ -26,22 +26,32 @@ def wrap(fn, name=None):
   return wrapped
 
 
-class Ufunc:
-  """jnp.ufunc with its methods (reduce, accumulate, outer, at, reduceat), each lazy."""
+class Ufunc(jnp.ufunc):
+  """A jnp.ufunc (JAX's checks and repr, equal to JAX's) whose call and methods (reduce, accumulate, outer, at,
+  reduceat) are lazy."""
 
   def __init__(self, ufunc):
+    super().__init__(ufunc._func, ufunc.nin, ufunc.nout, name=ufunc.__name__, nargs=ufunc.nargs,
+                     identity=ufunc.identity)
     self._ufunc = ufunc
-    functools.update_wrapper(self, ufunc)
 
   def __call__(self, *args, **kwargs):
     return tracing.call(self._ufunc, args, kwargs)
 
-  def __getattr__(self, name):
-    attr = getattr(self._ufunc, name)
-    return wrap(attr) if callable(attr) else attr
+  def reduce(self, *args, **kwargs):
+    return tracing.call(self._ufunc.reduce, args, kwargs)
 
-  def __repr__(self):
-    return f"<tinyjax {self._ufunc!r}>"
+  def accumulate(self, *args, **kwargs):
+    return tracing.call(self._ufunc.accumulate, args, kwargs)
+
+  def at(self, *args, **kwargs):
+    return tracing.call(self._ufunc.at, args, kwargs)
+
+  def reduceat(self, *args, **kwargs):
+    return tracing.call(self._ufunc.reduceat, args, kwargs)
+
+  def outer(self, *args, **kwargs):
+    return tracing.call(self._ufunc.outer, args, kwargs)
 
 
 class IndexTrick:
@@ -114,6 +124,6 @@ def mirror(namespace: dict, jax_module, passthrough=(), overrides=None, factorie
     return value
 
   def __dir__():
-    return sorted(set(dir(jax_module)) | set(overrides) | set(namespace))
+    return sorted({n for n in dir(jax_module) if not n.startswith("__")} | set(overrides) | set(namespace))
 
   return __getattr__, __dir__
