@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/run.py            # the whole table (a few minutes)
     .venv/bin/python benchmarks/run.py --quick    # fewer repetitions, smaller batches
+    .venv/bin/python benchmarks/run.py --only dispatch,eager    # some rows
 
 Each row times one workload several ways (tinyjax, jax.jit, JAX eager, NumPy, tinygrad written by hand) and prints
 the ratios the targets are about, each marked met or missed. `tinyjax auto` is TINYJAX_BACKEND=auto. Targets are not
@@ -278,14 +279,31 @@ def bench_eager(repeats):
 
 def bench_dispatch(repeats):
   f = lambda x, y: x * y + 1.0  # noqa: E731
-  x = np.ones(4, np.float32)
-  jax_f = jax.jit(f)
-  times = {"jax.jit": median_time(lambda: jax_f(x, x).block_until_ready(), repeats * 20)}
+  x, y = np.ones(8, np.float32), np.full(8, 2.0, np.float32)
+  jax_f, jx, jy = jax.jit(f), jnp.asarray(x), jnp.asarray(y)
+  times = {"jax.jit": median_time(lambda: jax_f(jx, jy).block_until_ready(), repeats * 20)}
   for name, backend in TINYJAX:
     with on_backend(backend):
-      tiny_f, t = tinyjax.jit(f), tnp.asarray(x)
-      times[name] = median_time(lambda: tiny_f(t, t).block_until_ready(), repeats * 20)
-  row("jit dispatch, 4 floats", times, ("tinyjax.jit", "jax.jit", "<= 2"), ("tinyjax auto", "jax.jit", "<= 2"))
+      tiny_f, tx, ty = tinyjax.jit(f), tnp.asarray(x), tnp.asarray(y)
+      times[name] = median_time(lambda: tiny_f(tx, ty).block_until_ready(), repeats * 20)
+      times[name + " f(x, x)"] = median_time(lambda: tiny_f(tx, tx).block_until_ready(), repeats * 20)
+  row("jit dispatch, 8 floats", times, ("tinyjax.jit", "jax.jit", "<= 2"), ("tinyjax auto", "jax.jit", "<= 2"))
+
+
+def bench_deep_loop():
+  """An eager loop of 20,000 operations with no read in between (flushed by the buffer limit), once each way."""
+  def loop(np_, x):
+    for _ in range(10_000):
+      x = x * 0.999 + 0.5
+    return x
+  data = np.linspace(-1, 1, 16, dtype=np.float32)
+  times = {"JAX eager": median_time(lambda: loop(jnp, jnp.asarray(data)).block_until_ready(), 1, warmup=0)}
+  with on_backend("tinygrad"):
+    before = tinyjax.report().fallback_primitives
+    times["tinyjax eager"] = median_time(lambda: loop(tnp, tnp.asarray(data)).block_until_ready(), 1, warmup=0)
+    rescued = tinyjax.report().fallback_primitives != before
+  row("eager loop of 20,000 ops, first run" + (" (rescued by XLA)" if rescued else " (all on tinygrad)"), times,
+      ("tinyjax eager", "JAX eager", "<= 1.0"))
 
 
 FIRST_CALL = """
@@ -323,18 +341,18 @@ def bench_first_call():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
+  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,first_call",
+                      help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
+  benches = {"cnn": lambda: [bench_cnn(batch, repeats) for batch in ((64,) if args.quick else (256, 512))],
+             "mlp": lambda: bench_mlp(repeats), "patched_jit": lambda: bench_patched_jit(repeats), "transformer": lambda: bench_transformer(repeats),
+             "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
+             "deep_loop": bench_deep_loop, "first_call": bench_first_call}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
-    for batch in ((64,) if args.quick else (256, 512)):
-      bench_cnn(batch, repeats)
-    bench_mlp(repeats)
-    bench_patched_jit(repeats)
-    bench_transformer(repeats)
-    bench_eager(repeats)
-    bench_dispatch(repeats)
-  bench_first_call()
+    for name in args.only.split(","):
+      benches[name]()
   print("| figure | times (median) | ratios |")
   print("|---|---|---|")
   for figure, times, ratios in ROWS:

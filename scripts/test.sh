@@ -5,8 +5,9 @@
 #   bash scripts/test.sh ARGS...     one pytest run with ARGS (e.g. --device CL tests/backends)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" test,webgpu
-# the devices the device leg runs on, for a machine without a GPU (docs/devices.md)
-apt_install pocl-opencl-icd ocl-icd-libopencl1 mesa-vulkan-drivers libvulkan1
+# the devices the device leg runs on, for a machine without a GPU (docs/devices.md); a browser for the exported
+# WebGPU page (docs/export.md)
+apt_install pocl-opencl-icd ocl-icd-libopencl1 mesa-vulkan-drivers libvulkan1 chromium
 
 pytest=(.venv/bin/python -m pytest -n 2 -p no:cacheprovider)
 if [ $# -gt 0 ]; then

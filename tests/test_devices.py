@@ -14,6 +14,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.random
+import xfail
 from oracle import assert_like_jax, check, check_traced, native
 from tinyjax.backends import selection
 
@@ -231,3 +232,87 @@ def test_fallback_results_move_to_the_device(device, on_device):
   x = _RNG.normal(size=(8,)).astype(np.float32)
   actual = check(lambda m, v: m.abs(m.fft.rfft(v)) * 2 + v[:5], x, native_only=False, rtol=1e-5)
   _assert_on(device, actual)
+
+
+# --- 16-bit floats: stored in 16 bits, each operation computed in float32 and rounded to nearest even (XLA's CPU)
+
+def _sixteen_bit(dtype, *shape):
+  """Values over a range of magnitudes whose products stay normal, with NaN, infinities, signed zeros and the largest
+  finite value (which overflows)."""
+  info = jnp.finfo(dtype)
+  magnitudes = _RNG.uniform(0.5, 2, size=shape) * np.exp2(_RNG.integers(-2, 3, size=shape))
+  values = _RNG.choice([-1, 1], size=shape) * magnitudes
+  values.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, -0.0, float(info.max), -float(info.max)]
+  return values.astype(dtype)
+
+
+def _arithmetic(m, x, y, z):
+  x, y, z = m.asarray(x), m.asarray(y), m.asarray(z)
+  return x * y + z, (x - y) * 3, x * y * z * x, (x + 1) * 3 - y, (x.astype(m.float32) * 1.001).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_sixteen_bit_arithmetic_rounds_each_operation_like_xla(device, dtype, on_device):
+  operands = [_sixteen_bit(dtype, 4, 64) for _ in range(3)]
+  actual = check(_arithmetic, *operands, rtol=0)  # bit for bit: one rounding per operation, as XLA
+  _assert_on(device, actual)
+
+
+def _programs(m, x, w):
+  x, w = m.asarray(x), m.asarray(w)
+  return {"math": (m.exp(x), m.tanh(x), m.sqrt(m.abs(x)), m.where(x > 0, x, 0.5 * x), m.maximum(x, -1)),
+          "matmul": x @ w, "sums": (x.sum(axis=1), x.max(axis=0), m.mean(x)),
+          "casts": (x.astype(m.float32), x.astype(m.int32), (x * 7).astype(m.float16 if x.dtype == m.bfloat16 else
+                                                                            m.bfloat16))}
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_sixteen_bit_programs_run_natively(device, dtype, on_device):
+  x = (_RNG.normal(size=(8, 16)) * 2).astype(dtype)
+  w = _RNG.normal(size=(16, 4)).astype(dtype)
+  actual = check(_programs, x, w)
+  _assert_on(device, actual)
+  backend = selection.backend_for("tinygrad", device)
+  assert all(isinstance(backend.get(leaf._value.buffers[backend]), np.ndarray) and not
+             isinstance(leaf._value.buffers[backend], np.ndarray) for leaf in jax.tree_util.tree_leaves(
+               actual, is_leaf=lambda a: isinstance(a, tinyjax.Array)))  # device buffers, not host arrays
+
+
+def _emulates(device: str, dtype) -> bool:
+  """Whether tinygrad emulates the 16-bit float on the device (its renderer lacks it), flushing subnormals."""
+  from tinygrad import Device
+  from tinyjax.backends.tinygrad.table import tg_dtype
+  backend = selection.backend_for("tinygrad", device)
+  backend.supports_dtype(dtype)  # a device whose compiler rejects the dtype computes it by emulation (backend.contexts)
+  return tg_dtype(dtype) not in Device[device].renderer.supported_dtypes() or bool(backend.contexts)
+
+
+def _subnormal_cases():
+  """XLA keeps float16's subnormals (normal float32 values) and flushes bfloat16's (float32 denormals); tinygrad's
+  emulation of a 16-bit float flushes them, its rendering of one keeps them."""
+  for dtype in (jnp.bfloat16, jnp.float16):
+    for device in DEVICES:
+      name = device.values[0]
+      emulated = name in AVAILABLE and _emulates(name, dtype)
+      differs = "16-bit subnormals where tinygrad emulates the dtype" if dtype == jnp.float16 else "denormals"
+      yield xfail.param(name, dtype, dtype=dtype, id=f"{name}-{jnp.dtype(dtype).name}",
+                        name=differs if emulated == (dtype == jnp.float16) else "")
+
+
+@pytest.mark.parametrize("device,dtype", list(_subnormal_cases()))
+def test_sixteen_bit_subnormals(device, dtype, on_device):
+  tiny = float(jnp.finfo(dtype).tiny)
+  x = np.array([tiny / 4, -tiny / 3, tiny * 0.75, tiny, 3.0], dtype)
+  check(lambda m, v: (m.asarray(v) * 0.5, m.asarray(v) * 3, m.asarray(v) * 0.25 + 0), x, rtol=0)
+
+
+def test_tiny_runs_on_its_tensors_device(off_default):
+  from tinygrad import Tensor
+  other = "CL" if off_default == "CPU" else "CPU"  # tinygrad's default here: the Tensors' device, not the setting's
+  fun = tinyjax.tiny(lambda x, i: (jnp.cumsum(x) + jnp.arange(3.0), x[i]))
+  sums, picked = fun(Tensor([1.0, 2.0, 3.0]), Tensor(np.int32(1).reshape(1)).reshape(()))
+  assert sums.device == picked.device == other
+  np.testing.assert_array_equal(sums.numpy(), [1.0, 4.0, 8.0])
+  assert picked.numpy() == 2.0

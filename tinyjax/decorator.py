@@ -15,7 +15,7 @@ import functools
 import jax
 import numpy as np
 
-from tinyjax.backends.selection import current_backend
+from tinyjax.backends.selection import backend_for, current_backend
 
 
 def _is_tensor(x) -> bool:
@@ -51,6 +51,9 @@ def tiny(fun):
     backend = current_backend()
     if backend.name != "tinygrad":
       raise ValueError(f"tiny() runs on the tinygrad backend, but the backend in effect is {backend.name!r}")
+    # NB: on the Tensors' device, which may not be the setting's: the rules make their own tensors on it
+    if device := next((leaves[i].device for i in tensor_positions if leaves[i].device is not None), None):
+      backend = backend_for("tinygrad", device)
     outs = backend.run_jaxpr(closed, *(leaves[i] for i in tensor_positions))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
   return wrapped

@@ -323,6 +323,9 @@ def test_integer_division_by_zero_does_not_kill_the_process():
 
 def test_x64_dtypes_in_a_subprocess():
   """int64, uint64 and float64 need jax_enable_x64, which is global: checked in a process of their own."""
+  from tinyjax.backends.selection import current_backend
+  if not getattr(current_backend(), "supports_dtype", lambda dtype: True)(np.dtype(np.float64)):
+    pytest.skip("the device has no float64: the TINYJAX_F64 policy applies (tests/test_float64.py)")
   result = run_python("""
     import sys
     sys.path.insert(0, "tests")
@@ -372,3 +375,50 @@ ZERO_CASES = {
 def test_constant_zero_operands_keep_ieee_semantics(name):
   x = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, -2.0, 3.0], np.float32)
   check(lambda np_, a: ZERO_CASES[name](np_, np_.asarray(a)), x)
+
+
+# --- what tinygrad generates
+def test_every_renderer_divides():
+  """Ops.FDIV (IEEE division, which floatmath.div emits) renders on every tinygrad renderer, not only clang's."""
+  from tinygrad.renderer import Renderer, cstyle, llvmir, nir, ptx, wgsl  # noqa: F401
+  from tinygrad.renderer.isa import x86  # noqa: F401
+  from tinygrad.uop.ops import Ops
+
+  import tinyjax.backends.tinygrad.floatmath  # noqa: F401  (teaches the renderers)
+  pending, renderers = [Renderer], []
+  while pending:
+    renderers.append(pending.pop())
+    pending.extend(renderers[-1].__subclasses__())
+  lacking = [r.__name__ for r in renderers if r.code_for_op and Ops.FDIV not in r.code_for_op
+             and r.__module__.startswith("tinygrad.renderer")]
+  assert not lacking, lacking
+  assert ptx.asm_for_op[Ops.FDIV]("%d", "%a", "%b", None, "f32") == "div.rn.f32 %d, %a, %b;"
+  for renderer in renderers:
+    if issubclass(renderer, cstyle.CStyleLanguage):
+      assert renderer.code_for_op[Ops.FDIV]("a", "b", None) == "(a/b)", renderer.__name__
+
+
+def test_float32_programs_have_no_float64():
+  """Float32 math runs in float32 (WebGPU and Metal have no float64): no kernel of a float32 program names double."""
+  from unittest import mock
+
+  from tinygrad import Device
+
+  from tinyjax.backends.selection import current_backend
+  backend = current_backend()
+  device = getattr(backend, "tg_device", Device.DEFAULT)
+  backend.supports_dtype(np.dtype(np.float64))  # the backend's probe of float64 support is no part of the program
+  renderer_class = type(Device[device].renderer)
+  sources, render = [], renderer_class.render
+
+  def recording(self, uops):
+    sources.append(render(self, uops))
+    return sources[-1]
+  x = np.linspace(-30, 30, 47, dtype=F32)  # a size no other test uses: its kernels are rendered anew
+  with mock.patch.object(renderer_class, "render", recording):
+    check(lambda np_, v: [np_.exp(v), np_.log(np_.abs(v)), np_.sin(v * 1e5), np_.cos(v), np_.tan(v),
+                          np_.arctan2(v, 3.0), np_.power(np_.abs(v), v * 0.5), np_.fmod(v, 0.7), np_.tanh(v), np_.log1p(np_.abs(v)),
+                          np_.expm1(v), np_.cbrt(v), np_.arcsinh(v), np_.arctanh(v / 31)], x)
+  assert sources
+  for source in sources:
+    assert not any(word in source for word in ("double", "f64")), source

@@ -53,21 +53,24 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
   """Trace `fn` as jax.jit would for the example arguments (arrays, jax.ShapeDtypeStructs, or pytrees of them:
   they fix the shapes and dtypes) and write it as a standalone program for `target` ("c" or "webgpu").
 
-  Every primitive must run natively on tinygrad: an ExportError names the first one that cannot, and the user's
-  line that made it. `name` (default: fn's name) names the files and the exported function.
+  Every primitive must run natively on tinygrad: an ExportError names each one that cannot, with the user's line
+  that made it. `name` (default: fn's name) names the files and the exported function.
   """
   import importlib
 
   from tinygrad.helpers import Context
 
-  from tinyjax.standalone.capture import _identifier, capture, trace
+  from tinyjax.core.buffer import _flush_lock
+  from tinyjax.standalone.capture import capture, identifier, trace
   if target not in TARGETS:
     raise ExportError(f"unknown export target {target!r}; choose one of {', '.join(TARGETS)}")
-  name = _identifier(name or getattr(fn, "__name__", "exported"))
-  closed, in_names, out_names, _ = trace(fn, example_args)
+  name = identifier(name or getattr(fn, "__name__", "exported"))
+  closed, in_names, out_names = trace(fn, example_args)
   backend = _backend(target)
   writer = importlib.import_module(f"tinyjax.standalone.{target}")  # c.py, webgpu.py: renderer() and write()
-  with Context(PARALLEL=0):  # NB: as the backend compiles: floatmath's FDIV folding lives in this process only
+  # NB: tinygrad's scheduler is not thread-safe and its capture hook is global: other threads' flushes wait. And
+  # kernels render in this process, as the backend compiles them: floatmath's FDIV folding lives here only
+  with _flush_lock, Context(PARALLEL=0):
     graph = capture(name, closed, in_names, out_names, backend, writer.renderer())
   source = getattr(getattr(fn, "__code__", None), "co_filename", "")
   summary = f"{getattr(fn, '__qualname__', name)}" + (f" from {os.path.basename(source)}" if source else "") + \

@@ -89,10 +89,31 @@ def _spec(leaf) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
 
 
-def _identifier(text: str) -> str:
-  name = re.sub(r"\W+", "_", text).strip("_")
-  name = re.sub(r"__+", "_", name)
+# names a C argument cannot take (C99 keywords, and what <stdbool.h> and <stdint.h> define)
+C_RESERVED = frozenset("auto bool break case char const continue default do double else enum extern false float for "
+                       "goto if inline int long register restrict return short signed sizeof static struct switch "
+                       "true typedef union unsigned void volatile while".split())
+
+
+def identifier(text: str) -> str:
+  """A C identifier made of text's letters, digits and underscores."""
+  name = re.sub(r"__+", "_", re.sub(r"\W+", "_", text).strip("_"))
   return f"_{name}" if not name or name[0].isdigit() else name
+
+
+def _distinct(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+  """NB: a Python name can be a C keyword (`float`) or look like the export's own names (tj_...), and two pytree
+  paths can make one identifier (keys 'a-b' and 'a_b'): such names are prefixed or numbered."""
+  seen: set[str] = set()
+  distinct = []
+  for name, path in names:
+    base = f"arg_{name}" if name in C_RESERVED or name.startswith("tj_") else name
+    unique, number = base, 1
+    while unique in seen:
+      unique, number = f"{base}_{number}", number + 1
+    seen.add(unique)
+    distinct.append((unique, path))
+  return distinct
 
 
 def _argument_names(fn, count: int) -> list[str]:
@@ -111,12 +132,12 @@ def _leaf_names(prefixes: list[str], tree) -> list[tuple[str, str]]:
   for prefix, subtree in zip(prefixes, tree):
     for path, _ in jax.tree_util.tree_flatten_with_path(subtree)[0]:
       keys = jax.tree_util.keystr(path)
-      named.append((_identifier(prefix + "_" + keys) if keys else prefix, prefix + keys))
+      named.append((identifier(prefix + "_" + keys) if keys else prefix, prefix + keys))
   return named
 
 
 def trace(fn, example_args):
-  """fn's ClosedJaxpr for the example arguments, the input and output names, and the output tree."""
+  """fn's ClosedJaxpr for the example arguments, and the (C identifier, pytree path) of each input and output."""
   specs = jax.tree_util.tree_map(_spec, tuple(example_args))
   flat_specs, in_tree = jax.tree_util.tree_flatten(specs)
 
@@ -132,7 +153,8 @@ def trace(fn, example_args):
     out_names = [("out", "out")]
   else:
     out_names = _leaf_names(["out"], (out_shapes,))
-  return closed, in_names, out_names, out_tree
+  names = _distinct(in_names + out_names)
+  return closed, names[:len(in_names)], names[len(in_names):]
 
 
 # --- refusing what cannot be exported

@@ -110,7 +110,15 @@ document.title = "done";
 """
 
 
+# the module's own top-level names: the exported function cannot take one
+MODULE_NAMES = frozenset({"PLAN", "TYPED_ARRAYS", "describe", "inputs", "outputs", "requestDevice", "padded",
+                          "decode", "prepared", "prepare"})
+
+
 def write(graph: Graph, summary: str) -> dict[str, str]:
+  if graph.name in MODULE_NAMES:
+    raise ExportError(f"the WebGPU module defines {graph.name!r} itself: export the function under another name "
+                      "(name=...)")
   plan_json = json.dumps(plan(graph), separators=(",", ":"))
   module = RUNTIME.read_text().replace("__NAME__", graph.name).replace("__SUMMARY__", summary)
   return {f"{graph.name}.js": module.replace("__PLAN__", plan_json), "index.html": PAGE.replace("__NAME__", graph.name)}

@@ -2,10 +2,12 @@
 program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by
 TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
 import subprocess
+import sys
 import warnings
 
 import ml_dtypes
@@ -15,7 +17,7 @@ from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
 from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError, FallbackError
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, indexing, linalg, random, reduction, shape, sorting, special)
+  contraction, control_flow, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting, special)
 from tinyjax.backends.tinygrad import depth
 from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, RuleContext, tg_dtype,
                                              uses_host_sync)
@@ -69,6 +71,7 @@ class TinygradBackend(Backend):
                                 f"{available}") from None
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
+    self.contexts: dict[str, str] = {}  # tinygrad settings its kernels compile under (EMULATED_DTYPES, from probes)
     _share_compile_cache_across_threads()
 
   # --- moving data
@@ -77,15 +80,17 @@ class TinygradBackend(Backend):
 
     NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
     read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
-    from tinygrad import Tensor
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
+    return self._copy_in(host).realize()
+
+  def _copy_in(self, host):
+    """A C-contiguous, writable host array as a lazy copy on the device."""
+    from tinygrad import Tensor
     if host.dtype in _CARRIED_AS_BITS:  # NB: a bitcast on the device would be a kernel, which may flush subnormals
-      tensor = Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device)
-    else:
-      tensor = Tensor(host.reshape(host.shape or (1,)), device=self.tg_device)
-    return tensor.realize().reshape(host.shape)
+      return Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=self.tg_device).reshape(host.shape)
+    return Tensor(host.reshape(host.shape or (1,)), device=self.tg_device).reshape(host.shape)
 
   def get(self, buffer):
     if isinstance(buffer, np.ndarray):
@@ -103,9 +108,9 @@ class TinygradBackend(Backend):
   def const(self, c):
     from tinygrad import Tensor
     value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
-    if value.ndim == 0:
+    if value.ndim == 0:  # a constant in the kernels' code (it has no device: it takes its operands')
       return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=self.tg_device)
-    return Tensor(np.ascontiguousarray(value), device=self.tg_device)
+    return self._copy_in(np.require(value, requirements=["C", "W"]))
 
   # --- what runs here
   def supports(self, eqn) -> bool:
@@ -124,12 +129,28 @@ class TinygradBackend(Backend):
 
   @functools.cache
   def supports_dtype(self, dtype) -> bool:
-    """Whether the device computes this dtype: checked once by running a small kernel in it."""
-    from tinygrad import Tensor
+    """Whether the device computes this dtype: checked once by running a small kernel in it; a 16-bit float that the
+    device's compiler rejects (bfloat16 under clang before 17) is computed by tinygrad's emulation, in float32 on its
+    16 stored bits, if that runs."""
     try:
       dt = tg_dtype(dtype)
-      probe = (Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device))
-      return probe.numpy().shape == (2,)
+    except KeyError:
+      return False
+    if self._probe(dt):
+      return True
+    if (name := rounding.ROUNDED.get(dt)) and self._probe(dt, EMULATED_DTYPES=name):
+      self.contexts["EMULATED_DTYPES"] = ",".join(filter(None, [self.contexts.get("EMULATED_DTYPES"), name]))
+      return True
+    return False
+
+  def _probe(self, dt, **context) -> bool:
+    """Whether a small kernel in `dt` runs under tinygrad's `context`."""
+    from tinygrad import Tensor
+    from tinygrad.helpers import Context
+    try:
+      with Context(**context), _compiler_messages_silenced():
+        probe = Tensor([1, 2], dtype=dt, device=self.tg_device) + Tensor([1, 0], dtype=dt, device=self.tg_device)
+        return probe.numpy().shape == (2,)
     except Exception:
       return False
 
@@ -142,7 +163,11 @@ class TinygradBackend(Backend):
       params = KEY_LAYOUTS[eqn.name](eqn.out_avals, **params)
     ctx = RuleContext(in_avals, out_avals, self.tg_device, self)
     out = RULES[eqn.name](ctx, *inputs, **params)
-    return out if eqn.primitive.multiple_results else [out]
+    out = out if eqn.primitive.multiple_results else [out]
+    if eqn.name in KEY_LAYOUTS:  # moves values: nothing to round
+      return out
+    # NB: a 16-bit float result is rounded here, after each operation as XLA rounds it (see rounding.py)
+    return [t if isinstance(t, np.ndarray) or t.dtype not in rounding.ROUNDED else rounding.rounded(t) for t in out]
 
   def capturable(self, closed_jaxpr) -> bool:
     """Whether TinyJit can capture runs of a ClosedJaxpr (a loop body): wholly native, and no host reads."""
@@ -183,14 +208,16 @@ class TinygradBackend(Backend):
       return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
     plan = self.plan(program)
 
+    def lazy(inputs):
+      return self._execute(program, plan.steps, inputs)
+
     def run(inputs):
-      outs = self._execute(program, plan.steps, inputs)
       # NB: computed outputs are made contiguous, so each is a buffer of its own (or a reshape of one)
       outs = [t if isinstance(a, int) and a < len(inputs) or isinstance(t, np.ndarray) else t.contiguous()
-              for a, t in zip(program.outputs, outs)]
+              for a, t in zip(program.outputs, lazy(inputs))]
       return _realize(outs, self.tg_device)
 
-    runner = _Replayed(run, program, self.const) if plan.jittable else run
+    runner = _Replayed(run, lazy, program, self.const) if plan.jittable else run
     compiled = Compiled(None, plan.counts, plan.segments, plan.bytes_crossed)
     compiled.run = functools.partial(self._run_or_rescue, compiled, runner, program)
     return compiled
@@ -209,7 +236,7 @@ class TinygradBackend(Backend):
       # NB: TUPLE_ORDER=0: tinygrad's linearizer otherwise breaks priority ties by comparing whole expression
       # trees (UOp.tuplize), which is exponential in the depth of an expression that reuses its operands
       # (50 steps of `x = sin(x) * a + b - x * c` took 150 s to compile, 2 s without)
-      with Context(PARALLEL=0, TUPLE_ORDER=0):
+      with Context(PARALLEL=0, TUPLE_ORDER=0, **self.contexts):
         return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
       message = (f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "
@@ -240,6 +267,21 @@ class TinygradBackend(Backend):
       for slot, value in zip(segment.outputs, results):
         env[slot] = self.put(np.asarray(value))
     return step
+
+
+@contextlib.contextmanager
+def _compiler_messages_silenced():
+  """NB: a compiler that rejects a probed dtype (clang 14 and __bf16) prints its errors on the process's stderr, which
+  the user would see at the first use of that dtype: the probe's stderr goes nowhere."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
 
 
 @functools.cache
@@ -314,47 +356,76 @@ def _closed_jaxprs_in(params) -> list:
 
 
 class _Replayed:
-  """Runs a wholly native program under TinyJit: run plainly first, captured on the second call, replayed after.
+  """Runs a wholly native program: plainly first, captured by TinyJit on the second call, and replayed after that
+  by running the captured kernels directly on the inputs' buffers.
 
-  NB: TinyJit returns the same output buffers on every replay, so computed outputs are copied out; program
-  outputs that are inputs or constants never go through the jit.
+  NB: the computed outputs are inputs of the capture too: each is assigned into a buffer passed in, so that at
+  every replay the kernels write the outputs straight into fresh buffers (TinyJit's own replay hands out the same
+  buffers every time, which had to be copied out). Outputs that are inputs or constants are not computed; outputs
+  of size zero have no buffer. A replay skips TinyJit's checks of its inputs: the program cache key fixes their
+  avals, every input is a whole buffer (or a reshape of one) on this backend's device, and the kernels never
+  write an input, so two inputs may share a buffer.
   """
 
-  def __init__(self, run, program, const):
-    from tinygrad import TinyJit
-    self.run, self.program, self.const = run, program, const
+  def __init__(self, run, lazy, program, const):
+    self.run, self.lazy, self.program, self.const = run, lazy, program, const
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
-    self.jit = TinyJit(self._computed_outputs)
-    self.broken = not self.computed
-
-  def _computed_outputs(self, *inputs) -> tuple:
-    from tinygrad import Tensor
-    results = self.run(list(inputs))
-    outs = [results[i] for i in self.computed]
-    # NB: an output that is a view of an input (x.reshape(...)) is copied: TinyJit replays kernels only, so a
-    # replay would return the view of the captured run's input
-    inputs_bases = {t.uop.base for t in inputs if isinstance(t, Tensor)}
-    views = [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base in inputs_bases]
-    for i in views:
-      outs[i] = outs[i].clone()
-    if views:
-      Tensor.realize(*(outs[i] for i in views))
-    return tuple(outs)
+    self.calls = 0
+    self.broken = not self.computed  # nothing to capture, or TinyJit refused the capture: runs plainly
+    self.written: list[int] = []  # computed outputs of nonzero size, written by the kernels into fresh buffers
+    self.specs: list[tuple] = []  # (shape, size, dtype, device) of each written output
+    self.empty: dict[int, object] = {}  # computed outputs of size zero: the first run's (they hold no data)
+    self.linear = None  # the captured kernels, with the inputs' and the written outputs' buffers as parameters
 
   def __call__(self, inputs):
-    from tinygrad import Tensor
-    from tinygrad.engine.jit import JitError, _copy_input
+    if self.linear is not None:
+      return self._replay(inputs)
     if self.broken:
       return self.run(inputs)
+    self.calls += 1
+    return self._first_run(inputs) if self.calls == 1 else self._capture(inputs)
+
+  def _first_run(self, inputs):
+    outs = self.run(inputs)
+    for i in self.computed:
+      if outs[i].numel():
+        self.written.append(i)
+        self.specs.append((outs[i].shape, outs[i].numel(), outs[i].dtype, outs[i].device))
+      else:
+        self.empty[i] = outs[i]
+    self.broken = not self.written
+    return outs
+
+  def _capture(self, inputs):
+    from tinygrad import Tensor, TinyJit
+    from tinygrad.engine.jit import JitError
+    jit = TinyJit(self._assign_outputs)
+    targets = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, _, dtype, device in self.specs]
     try:
-      computed = self.jit(*inputs)
-    except JitError:  # e.g. two inputs on one buffer, or nothing to capture
+      for _ in range(2):  # NB: TinyJit runs the function plainly on its first call, and captures it on the second
+        jit(*inputs, *targets)
+    except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
       self.broken = True
       return self.run(inputs)
-    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
-            for a in self.program.outputs]
-    for i, tensor in zip(self.computed, computed):
-      # NB: a zero-size output has no buffer to copy (tinygrad asserts on allocating 0 bytes)
-      outs[i] = Tensor(_copy_input(tensor.uop.base)).reshape(tensor.shape) if tensor.numel() else tensor
+    self.linear = jit.captured.linear
+    return self._replay(inputs)
+
+  def _assign_outputs(self, *buffers):
+    outs = self.lazy(list(buffers[:self.n_inputs]))
+    return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
+
+  def _replay(self, inputs):
+    from tinygrad import Tensor
+    from tinygrad.engine.realize import run_linear
+    from tinygrad.uop.ops import Ops, UOp
+    bases = [t.uop.base for t in inputs]
+    if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
+      return self.run(inputs)
+    targets = [UOp.new_buffer(device, size, dtype) for _, size, dtype, device in self.specs]
+    run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
+    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else self.empty.get(i)
+            for i, a in enumerate(self.program.outputs)]
+    for i, target, (shape, *_) in zip(self.written, targets, self.specs):
+      outs[i] = Tensor(target.reshape(shape))
     return outs

@@ -164,7 +164,8 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
   consts, carry = operands[:num_consts], list(operands[num_consts:num_consts + num_carry])
   xs = operands[num_consts + num_carry:]
   ys_avals = [keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in ctx.out_avals[num_carry:]]
-  ys = _distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=ctx.device) for a in ys_avals])
+  ys = _distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=ctx.device)
+                                      for a in ys_avals])
   steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
   done = 0
   if _long(length=length) and not _capturing() and ctx.backend.capturable(jaxpr):

@@ -4,8 +4,10 @@ tinygrad renders an operation used once inline, inside its user's expression: a 
 with no buffer between them becomes one C expression nested N deep (two levels per cast). clang refuses more than
 256 levels of brackets ("bracket nesting level exceeded maximum of 256"), and a long eager loop with no read in
 between (`x = x * 1.0001 + 0.5`, 20,000 times) builds such a chain. So each equation's outputs are measured as
-they are built: an output deeper than `MAX_DEPTH` is rebuilt from inputs made contiguous (a kernel boundary: a
-buffer is written there), and so no kernel nests deeper than about `MAX_DEPTH` plus one equation's own depth.
+they are built: an output deeper than `MAX_DEPTH` is rebuilt from its inputs deeper than half that made
+contiguous (a kernel boundary: a buffer is written there), so no kernel nests deeper than about `MAX_DEPTH` plus
+one equation's own depth. An equation deep by itself (a float64 polynomial) is left whole: cutting its shallow
+inputs would not make it shallower, and would keep tinygrad from folding the constants it computes from.
 """
 from tinygrad import Tensor
 from tinygrad.uop.ops import GroupOp, Ops
@@ -28,8 +30,10 @@ class Bounded:
     outs = self.apply(eqn, inputs)
     if max((self.depth(t.uop) for t in outs if isinstance(t, Tensor)), default=0) <= MAX_DEPTH:
       return outs
-    cut = [t.contiguous() if isinstance(t, Tensor) and self.depth(t.uop) > 0 else t for t in inputs]
-    return self.apply(eqn, cut)
+    deep = [isinstance(t, Tensor) and self.depth(t.uop) > MAX_DEPTH // 2 for t in inputs]
+    if not any(deep):
+      return outs
+    return self.apply(eqn, [t.contiguous() if cut else t for t, cut in zip(inputs, deep)])
 
   def depth(self, root) -> int:
     """The nesting of the expression that computes `root` inside one kernel (iteratively: chains are deep)."""

@@ -51,18 +51,8 @@ def _wrap(x, unsigned):
   return (x & fm.typed(x, (1 << (8 * unsigned.itemsize)) - 1)).cast(unsigned)
 
 
-def _flip_sign(x):
-  """-x for floats, as a flip of the sign bit.
-
-  NB: tinygrad's -x is x * -1, which its simplifier merges with other terms in x: x + x * -1 -> x * 0 -> 0, so
-  x - x gave 0 for inf and NaN (IEEE and XLA: NaN), and (y + x) - x gave y. A flipped bit is opaque to it.
-  """
-  b = fm.bits(x)
-  return (b ^ fm.typed(b, 1 << (fm.width(x) - 1))).bitcast(x.dtype)
-
-
 add, mul = _wrapping(operator.add), _wrapping(operator.mul)
-sub = _wrapping(operator.sub, float_op=lambda x, y: x + _flip_sign(y))
+sub = _wrapping(operator.sub, float_op=lambda x, y: x + fm.minus(y))
 
 
 def _float_constant(x):
@@ -82,7 +72,7 @@ def _constant_operand(op, x, y):
   neither is).
 
   NB: tinygrad folds x * 0 -> 0 and x + 0 -> x for a constant zero, but IEEE (and XLA) give inf * 0 = NaN,
-  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0. It also merges x * -1 with other terms in x (see _flip_sign).
+  NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0. It also merges x * -1 with other terms in x (see floatmath.minus).
   """
   zx, zy = _zero_constant(x), _zero_constant(y)
   minus_one = op is operator.mul and -1.0 in (_float_constant(x), _float_constant(y))
@@ -95,17 +85,17 @@ def _constant_operand(op, x, y):
   shape = tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape))  # NB: not max: a size-0 dim stays empty
   x, y = x.expand(shape), y.expand(shape)
   if minus_one:
-    return _flip_sign(y if _float_constant(x) == -1.0 else x)
+    return fm.minus(y if _float_constant(x) == -1.0 else x)
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
     signed_zero = fm.with_sign(other.const_like(0), other if zero > 0 else -other)
     return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
   if op is operator.sub:  # x - y is x + (-y), exactly
-    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else _flip_sign(y))
+    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else fm.minus(y))
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
-  return other.eq(0).where(other.const_like(0.0), other)  # x + 0.0 is x, but -0.0 + 0.0 is +0.0
+  return (other.eq(0) & ~fm.isnan(other)).where(other.const_like(0.0), other)  # x + 0.0 is x, -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
@@ -122,7 +112,7 @@ def _binary(fn):
 
 # --- arithmetic
 def _neg(x):
-  return _flip_sign(x) if _is_float(x) else sub(x.const_like(0), x)
+  return fm.minus(x) if _is_float(x) else sub(x.const_like(0), x)
 
 
 def _abs(x):
@@ -290,16 +280,30 @@ def _total_order_key(x):
   return (key < 0).where(key ^ ((1 << (fm.width(x) - 1)) - 1), key)
 
 
-def _eq(x, y):
-  return ~fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.eq(y)  # NB: jnp.isnan is x != x: see fm.isnan
+def _ordered(compare):
+  """A float comparison that is False where either operand is NaN (IEEE's ordered comparisons, XLA's).
+
+  NB: WGSL compilers may assume that no value is NaN: x != x and comparisons with NaN came out either way on WebGPU.
+  NaN is told by its bits."""
+  def apply(x, y):
+    if not _is_float(x):
+      return compare(x, y)
+    if x.uop is y.uop and compare in (_equal, _le):  # NB: jnp.isnan is x != x: see fm.isnan
+      return ~fm.isnan(x)
+    return compare(x, y) & ~_either_nan(x, y)
+  return apply
+
+
+def _equal(x, y):
+  return x.eq(y)
 
 
 def _ne(x, y):
-  return fm.isnan(x) if x.uop is y.uop and _is_float(x) else x.ne(y)
+  return ~_ordered(_equal)(x, y)
 
 
-for _name, _fn in {"eq": _eq, "ne": _ne, "lt": operator.lt, "gt": operator.gt,
-                   "le": _le, "ge": lambda x, y: _le(y, x)}.items():
+for _name, _fn in {"eq": _ordered(_equal), "ne": _ne, "lt": _ordered(operator.lt), "gt": _ordered(operator.gt),
+                   "le": _ordered(_le), "ge": _ordered(lambda x, y: _le(y, x))}.items():
   register(_name)(_binary(_fn))
   if _name in ("eq", "lt", "le"):
     register(f"{_name}_to")(_binary(lambda x, y, fn=_fn: fn(_total_order_key(x), _total_order_key(y))))
@@ -380,17 +384,18 @@ def _clamp(ctx, low, x, high):
 def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   dtype = tg_dtype(new_dtype)
   if dtype == dtypes.bool:
-    return x.ne(0)  # NaN is True
+    return x.ne(0) | fm.isnan(x) if _is_float(x) else x.ne(0)  # NaN is True (told by its bits: see _ordered)
   if dtypes.is_int(x.dtype) and dtypes.is_int(dtype):
     return _convert_integer(x, dtype)
   if not (_is_float(x) and dtypes.is_int(dtype)):
     return fm.narrow(x, dtype)
   # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
   low, high = dtype.min, dtype.max
-  too_low, too_high = (x < low) | x.eq(low), (x > high + 1) | x.eq(high + 1)  # NB: tinygrad's >= is True for NaN
+  ordered = ~fm.isnan(x)  # NB: tinygrad's >= is True for NaN, and WGSL may take any comparison with NaN as True
+  too_low, too_high = ordered & ((x < low) | x.eq(low)), ordered & ((x > high + 1) | x.eq(high + 1))
   # NB: x.trunc() (what the cast does anyway) stops tinygrad pushing the cast into a select inside x, where it
   # would cast a NaN constant branch to an integer (a ValueError at the flush: jnp.arcsin(x).astype(int))
-  in_range = (too_low | too_high | fm.isnan(x)).where(0, x.trunc()).cast(dtype)
+  in_range = (too_low | too_high | ~ordered).where(0, x.trunc()).cast(dtype)
   return too_high.where(high, too_low.where(low, in_range))
 
 

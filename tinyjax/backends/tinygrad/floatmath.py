@@ -1,10 +1,13 @@
 """Float functions on tinygrad Tensors that agree with XLA on CPU, for the elementwise rules.
 
 Each function takes and returns Tensors of one float dtype. Two kinds:
-- functions XLA computes to an ulp or two (exp, log, sin, pow, atan2, ...) are evaluated in float64 and rounded;
+- functions XLA computes to an ulp or two (exp, log, sin, pow, atan2, ...): float32 (and float16, computed in float32
+  and rounded) by range reduction and polynomials in float32 and integer bit manipulation, as XLA expands them, within
+  a few ulp on every device (no float64, which WebGPU and Metal lack); float64 by tinygrad's float64 functions;
 - functions XLA expands into a formula in the operand's dtype (exp2, logistic, sinh, cosh, erf, erfc, erf_inv,
   lgamma, digamma) replay that formula with the same roundings, so they share XLA's errors.
 `# NB:` marks where tinygrad's own function, or its optimizer's rewriting of float expressions, differs from XLA.
+Division is Ops.FDIV, which `teach_division` makes an operation of every tinygrad renderer.
 """
 import math
 import operator
@@ -121,20 +124,42 @@ def poly(x, coefficients):
 
 
 def narrow(x, dtype):
-  """x cast to `dtype`, and really rounded to it.
+  """x cast to `dtype`, and really rounded to it (float32 to float16: to nearest even, by its bits).
 
   NB: within a kernel, tinygrad drops a cast to float16 that is cast back to float32 (the C code keeps float
-  precision); flipping the sign bit of the float16 bits and negating back keeps the rounding.
+  precision); and OpenCL (POCL) converts float32 to a float16 denormal as zero, where XLA rounds. The float16 bits
+  are computed from the float32 bits instead.
   """
   if dtype != dtypes.float16 or x.dtype == dtype:
     return x.cast(dtype)
-  b = bits(x.cast(dtype))
-  return -((b ^ typed(b, 0x8000)).bitcast(dtype))
+  if x.dtype != F32:
+    x = x.cast(F32)
+  u32, b = dtypes.uint32, bits(x)
+  sign, magnitude = (b >> 16) & typed(b, 0x8000), b & typed(b, 0x7FFFFFFF)
+  nan = magnitude > 0x7F800000
+  # normals: drop 13 mantissa bits to nearest even, rebias the exponent (a carry may reach inf: right)
+  normal = ((magnitude - 0x38000000) + 0xFFF + ((magnitude >> 13) & 1)) >> 13
+  # denormals: the significand with its implicit bit, shifted right by 126 - exponent, to nearest even
+  significand = (magnitude & 0x7FFFFF) | 0x800000
+  shift = (126 - (magnitude >> 23).cast(dtypes.int32)).maximum(1).minimum(31).cast(u32)
+  kept, dropped, half = significand >> shift, significand & ((1 << shift) - 1), 1 << (shift - 1)
+  denormal = kept + ((dropped > half) | (dropped.eq(half) & (kept & 1).eq(1))).cast(u32)
+  half_bits = (magnitude >= 0x38800000).where(normal, denormal)
+  half_bits = nan.where(0x7E00, (magnitude >= 0x477FF000).where(0x7C00, half_bits).cast(u32))
+  return (sign | half_bits).cast(dtypes.uint16).bitcast(dtype)
 
 
 def in_f32(fn):
-  """fn evaluated in float32 at least, as XLA evaluates its expansions for float16."""
-  return lambda *xs: narrow(fn(*(x.cast(F32) for x in xs)), xs[0].dtype) if xs[0].dtype.itemsize < 4 else fn(*xs)
+  """fn evaluated in float32 at least, as XLA evaluates its expansions for float16; a function of one operand
+  returns NaN for NaN.
+
+  NB: WGSL compilers may assume that no value is NaN, and select the wrong branch of a comparison with one: NaN is
+  passed through by its bits.
+  """
+  def apply(*xs):
+    result = narrow(fn(*(x.cast(F32) for x in xs)), xs[0].dtype) if xs[0].dtype.itemsize < 4 else fn(*xs)
+    return isnan(xs[0]).where(xs[0], result) if len(xs) == 1 else result
+  return apply
 
 
 def by_dtype(f32, f64):
@@ -178,14 +203,16 @@ def _two_sum(a, b):
   s = a + b
   b_virtual = s + minus(a)
   a_virtual = s + minus(b_virtual)
-  return s, (a + minus(a_virtual)) + (b + minus(b_virtual))
+  return s, _opaque(a + minus(a_virtual)) + _opaque(b + minus(b_virtual))
 
 
 def _two_product(a, b):
-  """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for float32."""
+  """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for float32: partial sums in Dekker's order."""
   p = a * b
-  (ah, al), (bh, bl) = _split(a), _split(b)
-  return p, (((ah * bh + minus(p)) + ah * bl) + al * bh) + al * bl
+  (ah, al), (bh, bl) = _split(_opaque(a)), _split(_opaque(b))
+  error = _opaque(ah * bh + minus(p))
+  error = _opaque(error + ah * bl)
+  return p, _opaque(error + al * bh) + al * bl
 
 
 def _power_of_two(n):
