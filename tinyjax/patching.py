@@ -26,6 +26,7 @@ import sys
 import types
 
 import jax
+import jax.numpy as jnp
 
 from tinyjax import identity
 from tinyjax.backends.base import Device
@@ -60,24 +61,20 @@ def _dispatching(original, replacement):
   return patched
 
 
-class _Ufunc:
-  """A jnp.ufunc and its methods (reduce, accumulate, outer, at, reduceat), dispatching as `_dispatching`."""
+class _Ufunc(jnp.ufunc):
+  """A jnp.ufunc (so JAX's and the user's checks still hold) whose call and methods dispatch as `_dispatching`."""
 
   def __init__(self, original, mirrored):
+    super().__init__(original._func, original.nin, original.nout, name=original.__name__, nargs=original.nargs,
+                     identity=original.identity)
     self._original, self._mirrored = original, mirrored
-    functools.update_wrapper(self, original)
+    for method in ("reduce", "accumulate", "at", "reduceat", "outer"):
+      setattr(self, method, _dispatching(getattr(original, method), getattr(mirrored, method)))
 
   def __call__(self, *args, **kwargs):
     if _for_tinyjax():
       return self._mirrored(*args, **kwargs)
     return self._original(*args, **kwargs)
-
-  def __getattr__(self, name):
-    attr = getattr(self._original, name)
-    return _dispatching(attr, getattr(self._mirrored, name)) if callable(attr) else attr
-
-  def __repr__(self):
-    return repr(self._original)
 
 
 class _IndexTrick:

@@ -226,7 +226,7 @@ def run(
       sys.stdout.flush()
       if report:
         print(str(ran), file=sys.stderr)
-      if not ran.flushes and not ran.eager:
+      if code == 0 and not ran.flushes and not ran.eager:  # NB: after an error, the error is the news
         print("tinyjax run: the script ran nothing through tinyjax"
               + (" (patch mode is off: --no-patch)" if not patch else
                  " (no jax.numpy, jax.jit, jax.random, ... call of it reached tinyjax)"), file=sys.stderr)
