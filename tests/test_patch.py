@@ -25,27 +25,17 @@ NAMES = ("jitted_loop", "eager_numpy", "random_vmap_scan", "flax_optax_cnn")
 NATIVE_SHARE = re.compile(r"^(\d+) of (\d+) equation runs native", re.MULTILINE)
 
 
-def _cl_available() -> bool:
-  from tinyjax.backends.base import DeviceNotFoundError
-  from tinyjax.backends.selection import backend_for
-  try:
-    backend_for("tinygrad", "CL")
-  except DeviceNotFoundError:
-    return False
-  return True
+# each program on the CPU; the flax + optax one also on CL (POCL, which the test command installs)
+CASES = [(name, "CPU") for name in NAMES] + [("flax_optax_cnn", "CL")]
 
 
 @pytest.fixture(scope="module")
 def runs():
   """(program, how) -> CompletedProcess, all started at once: each pays for importing JAX (and tinygrad)."""
-  cases = {}
-  for name in NAMES:
-    path = str(PROGRAMS / f"{name}.py")
-    cases[name, "python"] = [sys.executable, path]
-    cases[name, "CPU"] = [sys.executable, "-m", "tinyjax.cli.main", "run", path, "--device", "CPU", "--report"]
-  if _cl_available():
-    cases["flax_optax_cnn", "CL"] = [sys.executable, "-m", "tinyjax.cli.main", "run", str(PROGRAMS / "flax_optax_cnn.py"),
-                                     "--device", "CL", "--report"]
+  cases = {(name, "python"): [sys.executable, str(PROGRAMS / f"{name}.py")] for name in NAMES}
+  for name, device in CASES:
+    cases[name, device] = [sys.executable, "-m", "tinyjax.cli.main", "run", str(PROGRAMS / f"{name}.py"),
+                           "--device", device, "--report"]
   started = {case: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for case, command in cases.items()}
   done = {}
@@ -63,11 +53,8 @@ def _native_share(stderr: str) -> float:
   return native / total
 
 
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("device", ["CPU", "CL"])
+@pytest.mark.parametrize("name, device", CASES, ids=[f"{n}-{d}" for n, d in CASES])
 def test_unmodified_program_runs_on_tinygrad(runs, name, device):
-  if (name, device) not in runs:
-    pytest.skip("CL: once, for the flax + optax program, where the CL device (POCL) is installed")
   by_python, by_tinyjax = runs[name, "python"], runs[name, device]
   assert by_python.returncode == 0, by_python.stderr
   assert by_tinyjax.returncode == 0, by_tinyjax.stderr
