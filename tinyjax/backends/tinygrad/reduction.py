@@ -36,7 +36,8 @@ def _from_key(key, dtype):
 
 def _positive_zero(x):
   # NB: XLA's sums start from the init value +0.0, so a sum of -0.0s is +0.0; tinygrad's keeps -0.0
-  return (x == 0).where(0.0, x) if dtypes.is_float(x.dtype) else x
+  # NB: NaN told by its bits: WGSL compilers may take NaN == 0 as True
+  return (x.eq(0) & ~fm.isnan(x)).where(0.0, x) if dtypes.is_float(x.dtype) else x
 
 
 # --- reductions over `axes`
