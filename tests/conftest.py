@@ -31,6 +31,11 @@ DEVICE_LEG: dict[str, int] = {
 }
 
 
+# NB: float64 tests (marked `float64`) leave the leg of a device without float64: there TINYJAX_F64 applies instead,
+# which tests/test_float64.py checks on every device
+DEVICES_WITHOUT_FLOAT64 = {"WEBGPU", "METAL"}
+
+
 def pytest_addoption(parser):
   parser.addoption("--device", default="CPU",
                    help="the tinygrad device the tests run on (TINYJAX_DEVICE): CPU (default), CL, WEBGPU, CUDA, ...")
@@ -46,7 +51,8 @@ def pytest_collection_modifyitems(config, items):
   seen: set[tuple[str, str]] = set()  # (file, test function)
   for item in items:
     path = os.path.relpath(str(item.path), root)
-    if path not in DEVICE_LEG:
+    if path not in DEVICE_LEG or (config.getoption("--device") in DEVICES_WITHOUT_FLOAT64
+                                  and item.get_closest_marker("float64")):
       continue
     first = (path, item.originalname) not in seen
     seen.add((path, item.originalname))

@@ -321,11 +321,9 @@ def test_integer_division_by_zero_does_not_kill_the_process():
   assert ours == jax_results
 
 
+@pytest.mark.float64
 def test_x64_dtypes_in_a_subprocess():
   """int64, uint64 and float64 need jax_enable_x64, which is global: checked in a process of their own."""
-  from tinyjax.backends.selection import current_backend
-  if not getattr(current_backend(), "supports_dtype", lambda dtype: True)(np.dtype(np.float64)):
-    pytest.skip("the device has no float64: the TINYJAX_F64 policy applies (tests/test_float64.py)")
   result = run_python("""
     import sys
     sys.path.insert(0, "tests")

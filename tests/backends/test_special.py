@@ -187,6 +187,7 @@ def test_an_expansion_with_an_equation_for_xla_runs_on_xla_whole(monkeypatch):
 
 
 # --- 64 bits
+@pytest.mark.float64
 def test_x64_in_a_subprocess():
   """float64 needs jax_enable_x64, which is global: checked in a process of its own."""
   code = """
