@@ -40,7 +40,9 @@ def typed(u, value):
 
 
 def sign_bit(x):
-  return bits(x) >= 1 << (width(x) - 1)
+  # NB: the bound is typed: folded on a constant, an untyped 2**31 wraps to a negative int32 (then 0 >= it)
+  b = bits(x)
+  return b >= typed(b, 1 << (width(x) - 1))
 
 
 def with_sign(magnitude, sign):
@@ -370,7 +372,8 @@ def _sin_cos32(x):
   r = small.where(a, reduced)
   quadrant = small.where(0, quadrant)
   z = r * r
-  sin_r = r * z * poly(z, SIN32) + r
+  # NB: with r's sign: on a constant r = 0, tinygrad folds (0 * z * p) + 0 to the product, whose sign is p's
+  sin_r = with_sign(r * z * poly(z, SIN32) + r, r)
   cos_r = (z * z * poly(z, COS32) + z * -0.5) + 1.0
   swap = (quadrant & 1).eq(1)
   sin_a, cos_a = swap.where(cos_r, sin_r), swap.where(sin_r, cos_r)
