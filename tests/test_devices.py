@@ -286,7 +286,8 @@ def _emulates(device: str, dtype) -> bool:
   from tinyjax.backends.tinygrad.table import tg_dtype
   backend = selection.backend_for("tinygrad", device)
   backend.supports_dtype(dtype)  # a device whose compiler rejects the dtype computes it by emulation (backend.contexts)
-  return tg_dtype(dtype) not in Device[device].renderer.supported_dtypes() or bool(backend.contexts)
+  emulated = backend.contexts.get("EMULATED_DTYPES", "").split(",")
+  return tg_dtype(dtype) not in Device[device].renderer.supported_dtypes() or jnp.dtype(dtype).name in emulated
 
 
 def _subnormal_cases():
