@@ -232,8 +232,8 @@ def test_unknown_target():
 
 
 def test_webgpu_names_float64_it_cannot_render(webgpu):
-  with pytest.raises(ExportError, match="computes in float64, which this target lacks"):
-    tinyjax.export(jnp.sin, np.ones(8, np.float32), target="webgpu")
+  with jax.enable_x64(True), pytest.raises(ExportError, match=r"sin \(float64: a dtype the device lacks"):
+    tinyjax.export(jnp.sin, np.ones(8, np.float64), target="webgpu")
 
 
 # --- the command

@@ -36,9 +36,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("mul(convert(bool), x)", None): "XLA's algebraic simplifier turns a multiplication by a converted bool (not "
     "broadcast in between) into select(bool, x, 0): False * inf, False * NaN and False * -2.5 are +0.0 in JAX, while "
     "tinygrad multiplies as IEEE does (NaN, NaN, -0.0); so is a bool divided by a constant (False / 0.0 is 0.0)",
-  ("tinygrad folds a constant to a weak type", None): "tinygrad folds c * 1 -> c when both are constants, keeping "
-    "the weakly typed c, which its C renderer bitcasts at the wrong width: tanh of a constant (jnp.tanh(jnp.ones(3))) "
-    "fails to compile, and the program is rescued by XLA with a RuntimeWarning",
   ("jnp.power(int, negative concrete int)", None): "tinyjax traces each call on abstract values (Python scalars as "
     "inputs too), so JAX's check of a concrete integer exponent (jnp.power(int array, -1), or a 0-d array of -3, "
     "raises TypeError) never runs: tinyjax computes the power as jax.jit does (x ** -1 keeps its exponent static)",

@@ -48,7 +48,10 @@ GAMMA_X = [0.0, -0.0, -2.0, 1e-4, 0.3, 1.0, 2.5, 6.99, 7.0, 7.01, 40.0, 100.0, 3
 # relative error of a few ulp times a in exp(a log x - x - lgamma(a)); igammac and betainc take some results as 1 - r
 # (an ulp of 1 is then the error); zeta and polygamma sum terms of both signs for q < 0
 TOLERANCE = {"igamma": dict(rtol=1e-5), "igammac": dict(rtol=1e-5, atol=2e-7), "igamma_grad_a": dict(rtol=2e-5),
-             "betainc": dict(rtol=1e-5, atol=2e-6), "zeta": dict(rtol=1e-5), "polygamma": dict(rtol=1e-5)}
+             # XLA's float32 betainc is off by up to 1.4e-3 (1.1e-5 absolute) at b = 1e-3: betainc(0.5, 1e-3, 0.6) is
+             # 0.00205992 (float64, scipy), 0.00206274 by XLA on this grid and 0.00205892 on 4 elements; tinyjax's
+             # 0.00205994
+             "betainc": dict(rtol=1e-5, atol=1.5e-5), "zeta": dict(rtol=1e-5), "polygamma": dict(rtol=1e-5)}
 # float16 once per way of evaluating it in float32: XLA's _up_and_broadcast (igamma here; the igamma family and
 # betainc share it, and so do zeta, polygamma and bessel_i1e, which restate CHLO's upcast with it) and bessel_i0e's
 IGAMMA_CASES = [("igamma", F32), ("igammac", F32), ("igamma_grad_a", F32), ("igamma", F16)]

@@ -58,8 +58,6 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
   """
   import importlib
 
-  from tinygrad.helpers import Context
-
   from tinyjax.core.buffer import _flush_lock
   from tinyjax.standalone.capture import capture, identifier, trace
   if target not in TARGETS:
@@ -68,9 +66,8 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
   closed, in_names, out_names = trace(fn, example_args)
   backend = _backend(target)
   writer = importlib.import_module(f"tinyjax.standalone.{target}")  # c.py, webgpu.py: renderer() and write()
-  # NB: tinygrad's scheduler is not thread-safe and its capture hook is global: other threads' flushes wait. And
-  # kernels render in this process, as the backend compiles them: floatmath's FDIV folding lives here only
-  with _flush_lock, Context(PARALLEL=0):
+  # NB: tinygrad's scheduler is not thread-safe and its capture hook is global: other threads' flushes wait
+  with _flush_lock:
     graph = capture(name, closed, in_names, out_names, backend, writer.renderer())
   source = getattr(getattr(fn, "__code__", None), "co_filename", "")
   summary = f"{getattr(fn, '__qualname__', name)}" + (f" from {os.path.basename(source)}" if source else "") + \

@@ -361,17 +361,12 @@ def _contents(base) -> np.ndarray:
 def _render(renderer, ast, args, number: int) -> Kernel:
   """One kernel rendered by the target's renderer, named uniquely (tinygrad names kernels by shape only)."""
   from tinygrad.codegen import to_program
-  from tinygrad.dtype import dtypes
   from tinygrad.uop.ops import Ops
   try:
     program = to_program(ast, renderer)
   except Exception as error:
-    why = f"{type(error).__name__}: {error}"
-    if dtypes.float64 in {getattr(u.dtype, "base", u.dtype) for u in ast.toposort()} and \
-       dtypes.float64 not in renderer.supported_dtypes():
-      why = ("it computes in float64, which this target lacks (tinyjax evaluates some float32 functions, e.g. exp, "
-             f"log, sin, tanh, logistic, in float64 to match XLA's rounding); {why}")
-    raise ExportError(f"tinygrad's {type(renderer).__name__} could not write kernel {number}: {why}") from error
+    raise ExportError(f"tinygrad's {type(renderer).__name__} could not write kernel {number}: "
+                      f"{type(error).__name__}: {error}") from error
   info = program.arg
   if info.vars:
     raise ExportError(f"kernel {info.function_name} takes runtime variables ({[v.expr for v in info.vars]}), "

@@ -231,12 +231,10 @@ class TinygradBackend(Backend):
     """
     from tinygrad.helpers import Context
     try:
-      # NB: kernels compile in this process, not in tinygrad's worker pool: the workers are fresh processes that
-      # lack floatmath's FDIV constant folding (tinygrad 0.14 has none) and fail on a constant division.
       # NB: TUPLE_ORDER=0: tinygrad's linearizer otherwise breaks priority ties by comparing whole expression
       # trees (UOp.tuplize), which is exponential in the depth of an expression that reuses its operands
       # (50 steps of `x = sin(x) * a + b - x * c` took 150 s to compile, 2 s without)
-      with Context(PARALLEL=0, TUPLE_ORDER=0, **self.contexts):
+      with Context(TUPLE_ORDER=0, **self.contexts):
         return runner(inputs)
     except _TINYGRAD_COMPILE_FAILURES as error:
       message = (f"tinygrad could not compile a kernel of a program of {len(program.eqns)} equations "

@@ -15,9 +15,6 @@ from tinygrad.uop.ops import Ops
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
-UINT = fm.UINT
-SINT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
-
 
 def _is_float(x) -> bool:
   return dtypes.is_float(x.dtype)
@@ -37,8 +34,8 @@ def _wrapping(op, float_op=None):
     if dtypes.is_float(dtype):
       guarded = _constant_operand(op, *xs)
       return rounded(*xs) if guarded is None else guarded
-    unsigned = UINT[dtype.itemsize]
-    return _wrap(op(*(x.bitcast(unsigned).cast(UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
+    unsigned = fm.UINT[dtype.itemsize]
+    return _wrap(op(*(x.bitcast(unsigned).cast(fm.UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
   return apply
 
 
@@ -273,11 +270,7 @@ def _le(x, y):
 
 
 def _total_order_key(x):
-  """Integers ordering floats like XLA's TOTALORDER: -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN."""
-  if not _is_float(x):
-    return x
-  key = x.bitcast(SINT[x.dtype.itemsize])
-  return (key < 0).where(key ^ ((1 << (fm.width(x) - 1)) - 1), key)
+  return fm.order_key(x) if _is_float(x) else x
 
 
 def _ordered(compare):
@@ -312,8 +305,8 @@ for _name, _fn in {"eq": _ordered(_equal), "ne": _ne, "lt": _ordered(operator.lt
 # --- shifts and bit counting: on unsigned or signed 32/64-bit views, narrowed explicitly
 def _shift(x, y, kind: str):
   width = fm.width(x)
-  view = (SINT if kind == "shift_right_arithmetic" else UINT)[x.dtype.itemsize]
-  wide = (SINT if kind == "shift_right_arithmetic" else UINT)[max(x.dtype.itemsize, 4)]
+  view = (fm.SINT if kind == "shift_right_arithmetic" else fm.UINT)[x.dtype.itemsize]
+  wide = (fm.SINT if kind == "shift_right_arithmetic" else fm.UINT)[max(x.dtype.itemsize, 4)]
   amount = fm.bits(y)  # negative amounts are out of range too
   out_of_range = amount >= width
   if kind == "shift_right_arithmetic":  # NB: C shifts by >= the width are undefined; XLA fills with the sign
@@ -322,7 +315,7 @@ def _shift(x, y, kind: str):
     amount = out_of_range.where(0, amount)
   value = x.bitcast(view).cast(wide)
   shifted = value << amount.cast(wide) if kind == "shift_left" else value >> amount.cast(wide)
-  shifted = _wrap(shifted.bitcast(UINT[wide.itemsize]), UINT[view.itemsize]).bitcast(x.dtype)
+  shifted = _wrap(shifted.bitcast(fm.UINT[wide.itemsize]), fm.UINT[view.itemsize]).bitcast(x.dtype)
   return shifted if kind == "shift_right_arithmetic" else out_of_range.where(0, shifted)
 
 
@@ -337,7 +330,7 @@ def _repeated_bytes(byte: int, width: int) -> int:
 @register("population_count")
 def _population_count(ctx, x):
   width = max(fm.width(x), 32)
-  v = fm.bits(x).cast(UINT[width // 8])
+  v = fm.bits(x).cast(fm.UINT[width // 8])
   v = v - ((v >> 1) & _repeated_bytes(0x55, width))
   v = (v & _repeated_bytes(0x33, width)) + ((v >> 2) & _repeated_bytes(0x33, width))
   v = (v + (v >> 4)) & _repeated_bytes(0x0F, width)
@@ -347,7 +340,7 @@ def _population_count(ctx, x):
 @register("clz")
 def _clz(ctx, x):
   width = max(fm.width(x), 32)
-  v = fm.bits(x).cast(UINT[width // 8])
+  v = fm.bits(x).cast(fm.UINT[width // 8])
   count = v.eq(0).cast(v.dtype)
   step = width // 2
   while step:  # binary search for the highest set bit
@@ -408,8 +401,8 @@ def _convert_integer(x, dtype):
   if can_lossless_cast(x.dtype, dtype):
     return x.cast(dtype)
   if dtype.itemsize > x.dtype.itemsize:  # widening to unsigned: sign-extend first, then reinterpret
-    return x.cast((UINT if dtypes.is_unsigned(x.dtype) else SINT)[dtype.itemsize]).bitcast(dtype)
-  return _wrap(fm.bits(x), UINT[dtype.itemsize]).bitcast(dtype)
+    return x.cast((fm.UINT if dtypes.is_unsigned(x.dtype) else fm.SINT)[dtype.itemsize]).bitcast(dtype)
+  return _wrap(fm.bits(x), fm.UINT[dtype.itemsize]).bitcast(dtype)
 
 
 @register("bitcast_convert_type")

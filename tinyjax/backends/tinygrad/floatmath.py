@@ -17,6 +17,7 @@ from tinygrad.uop.ops import Ops, python_alu
 
 F32, F64 = dtypes.float32, dtypes.float64
 UINT = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+SINT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 INF, NAN = math.inf, math.nan
 
 
@@ -65,6 +66,22 @@ def isnan(x):
   return (b & typed(b, (1 << (width(x) - 1)) - 1)) > typed(b, ((1 << exponent) - 1) << mantissa)
 
 
+def order_key(x):
+  """Integers ordering x's floats as XLA's total order: -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN.
+
+  NB: 16-bit floats are keyed as float32 (exactly): WGSL has no 16-bit integers (a key of int16 reversed max)."""
+  if x.dtype.itemsize == 2:
+    x = x.cast(F32)
+  key = x.bitcast(SINT[x.dtype.itemsize])
+  return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key)
+
+
+def from_order_key(key, dtype):
+  """The float of `dtype` whose order_key is `key` (the map of bits is its own inverse)."""
+  wide = {4: F32, 8: F64}[key.dtype.itemsize]
+  return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key).bitcast(wide).cast(dtype)
+
+
 def div(x, y):
   """x / y, one IEEE division (Ops.FDIV, which every renderer is taught below).
 
@@ -97,7 +114,11 @@ def teach_division():
   `a / b` is IEEE division in every C-style language (OpenCL C, WGSL, Metal, CUDA, HIP), PTX's is div.rn. A renderer
   that knows FDIV also turns tinygrad's own reciprocals into divisions (decomp/op.py), as clang's already does.
   """
+  from tinygrad.helpers import PARALLEL
   from tinygrad.renderer import cstyle, ptx, wgsl  # noqa: F401  (defines the C-style renderer classes)
+  # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
+  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
+  PARALLEL.value = 0
   python_alu.setdefault(Ops.FDIV, _fold_division)
   pending = [cstyle.CStyleLanguage]
   while pending:
@@ -285,7 +306,7 @@ def _log32(x):
 def _log1p32(x):
   # NB: tinygrad has no log1p: where 1 + x is a reduced argument of log, x is the exact f
   near = (x > math.sqrt(0.5) - 1) & (x < math.sqrt(2) - 1)
-  return near.where(_log_parts(x, x.zeros_like()), _log32(x + 1.0))
+  return near.where(_log_parts(x, x.const_like(0.0)), _log32(x + 1.0))
 
 
 # Payne and Hanek's reduction: x 2/pi modulo 4 from the bits of 2/pi, in 16-bit words of integer arithmetic (exact on

@@ -14,10 +14,9 @@ from jax.lax import GatherScatterMode
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.contraction import _windows
 from tinyjax.backends.tinygrad.table import register, tg_dtype
-
-_SAME_WIDTH_INT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 
 def arange(n: int, dtype=dtypes.int32):
@@ -31,7 +30,7 @@ def to_bits(x, dtype):
   dtype = np.dtype(dtype)
   if dtype == np.bool_:
     return x.cast(dtypes.uint8)
-  return x.bitcast(_SAME_WIDTH_INT[dtype.itemsize]) if dtype.kind == "f" else x
+  return x.bitcast(fm.SINT[dtype.itemsize]) if dtype.kind == "f" else x
 
 
 def from_bits(bits, dtype):
@@ -39,7 +38,7 @@ def from_bits(bits, dtype):
   if dtype == np.bool_:
     return bits != 0
   if dtype.kind == "f":
-    return bits.cast(_SAME_WIDTH_INT[dtype.itemsize]).bitcast(tg_dtype(dtype))
+    return bits.cast(fm.SINT[dtype.itemsize]).bitcast(tg_dtype(dtype))
   return bits.cast(tg_dtype(dtype))
 
 
@@ -49,25 +48,19 @@ def pick(mask, values, axis: int, dtype):
   return from_bits(mask.where(bits, 0).sum(axis, dtype=bits.dtype), dtype)
 
 
-def _flip_negative(bits):
-  """Flips all but the sign bit of negative integers: IEEE bits to integers in the floats' order, and back."""
-  return (bits < 0).where(bits ^ (2 ** (8 * bits.dtype.itemsize - 1) - 1), bits)
-
-
 def order_key(x, dtype):
   """Integers in XLA's total order of `dtype`'s values: for floats -NaN < -inf < -0.0 < 0.0 < inf < NaN."""
-  dtype = np.dtype(dtype)
-  return _flip_negative(x.bitcast(_SAME_WIDTH_INT[dtype.itemsize])) if dtype.kind == "f" else to_bits(x, dtype)
+  return fm.order_key(x) if np.dtype(dtype).kind == "f" else to_bits(x, dtype)
 
 
 def from_order_key(key, dtype):
-  return from_bits(_flip_negative(key) if np.dtype(dtype).kind == "f" else key, dtype)
+  return fm.from_order_key(key, tg_dtype(dtype)) if np.dtype(dtype).kind == "f" else from_bits(key, dtype)
 
 
 def key_limit(dtype, largest: bool) -> int:
   """The largest or smallest order_key of `dtype` can hold (for floats, beyond every key of a value but NaN's)."""
   dtype = np.dtype(dtype)
-  info = np.iinfo(f"int{8 * dtype.itemsize}" if dtype.kind == "f" else np.uint8 if dtype == np.bool_ else dtype)
+  info = np.iinfo(f"int{8 * max(dtype.itemsize, 4)}" if dtype.kind == "f" else np.uint8 if dtype == np.bool_ else dtype)
   return int(info.max if largest else info.min)
 
 
@@ -211,7 +204,8 @@ def _combine_sum(ctx, base, hits, updates, axis):
   total = hits.where(updates.cast(acc), 0.0).sum(axis, dtype=acc)
   # NB: adding -0.0 leaves every value as it is, but a tinygrad sum starts from +0.0: keep the operand element
   # unless an update other than -0.0 (whose bits are the sign bit alone) lands on it
-  moves = (hits & (to_bits(updates, dtype) != key_limit(dtype, largest=False))).any(axis)
+  update_bits = fm.bits(updates)
+  moves = (hits & (update_bits != fm.typed(update_bits, 1 << (fm.width(updates) - 1)))).any(axis)
   return moves.where((base.cast(acc) + total).cast(base.dtype), base)
 
 
@@ -232,7 +226,7 @@ def _combine_extreme(largest: bool):
 
     def key(x):
       keys = order_key(x, dtype)
-      return (x != x).where(key_limit(dtype, largest), keys) if dtype.kind == "f" else keys
+      return fm.isnan(x).where(key_limit(dtype, largest), keys) if dtype.kind == "f" else keys  # NB: bits (WGSL)
     chosen = hits.where(key(updates), key_limit(dtype, not largest))
     if largest:
       return from_order_key(key(base).maximum(chosen.max(axis)), dtype)

@@ -13,25 +13,19 @@ from tinygrad import Tensor, dtypes
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
-_SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
-_UNSIGNED = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
 def _order_key(x, nan_largest: bool):
   """An integer tensor ordered as XLA orders x's values (-0.0 < +0.0); NaN is the largest or the smallest key."""
   if not dtypes.is_float(x.dtype):
     return x
-  key_dtype = _SIGNED[x.dtype.itemsize]
-  bits = x.bitcast(key_dtype)
-  key = (bits < 0).where(bits ^ key_dtype.max, bits)  # negatives: a larger magnitude is a smaller key
-  return fm.isnan(x).where(key_dtype.max if nan_largest else key_dtype.min, key)  # NB: bits, not x != x (WGSL)
+  key = fm.order_key(x)
+  return fm.isnan(x).where(key.dtype.max if nan_largest else key.dtype.min, key)  # NB: bits, not x != x (WGSL)
 
 
 def _from_key(key, dtype):
-  """The value of an order key (the key map is its own inverse); keys past every float's are NaN."""
-  if not dtypes.is_float(dtype):
-    return key
-  return (key < 0).where(key ^ key.dtype.max, key).bitcast(dtype)
+  """The value of an order key; keys past every float's are NaN."""
+  return fm.from_order_key(key, dtype) if dtypes.is_float(dtype) else key
 
 
 def _positive_zero(x):
@@ -59,7 +53,7 @@ def _bitwise(reduce_bits):
   """reduce_and / _or / _xor: each bit position reduced on its own (tinygrad reduces only by add, mul and max)."""
   def reduce(x, axes):
     width = 1 if x.dtype == dtypes.bool else 8 * x.dtype.itemsize
-    unsigned = dtypes.uint8 if x.dtype == dtypes.bool else _UNSIGNED[x.dtype.itemsize]
+    unsigned = dtypes.uint8 if x.dtype == dtypes.bool else fm.UINT[x.dtype.itemsize]
     shifts = Tensor.arange(width, dtype=unsigned)
     bits = ((x.cast(unsigned) if x.dtype == dtypes.bool else x.bitcast(unsigned)).unsqueeze(-1) >> shifts) & 1
     joined = (reduce_bits(bits, axes) << shifts).sum(-1, dtype=unsigned)  # the bits are disjoint: sum is or
