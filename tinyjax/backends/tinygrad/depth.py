@@ -13,7 +13,7 @@ from tinygrad import Tensor
 from tinygrad.uop.ops import GroupOp, Ops
 
 # NB: in elementwise operations; 2 levels of brackets per operation at most (a cast), plus what one equation adds
-MAX_DEPTH = 100
+MAX_DEPTH = 64
 _NESTING = GroupOp.Elementwise | {Ops.REDUCE}
 # A kernel reads these from memory (or as a literal): nothing nests below them.
 _LEAVES = {Ops.BUFFER, Ops.CONST, Ops.CONTIGUOUS, Ops.COPY}
