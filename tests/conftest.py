@@ -13,21 +13,21 @@ os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix
 # NB: to keep the whole suite under 25 minutes on 2 cores (POCL compiles a kernel 2-3x slower than clang), a
 # file's number k keeps about one case in k of each parametrized test: those whose id hashes to 0 mod k, and the
 # first (so each test function runs). A hash, not a stride: a stride over a grid of ops x dtypes drops whole dtypes.
+# tests/test_devices.py is not here: its tests take every device as a parameter, and run in the CPU run.
 DEVICE_LEG: dict[str, int] = {
-  "tests/backends/test_elementwise.py": 2,
-  "tests/backends/test_reduction.py": 2,
-  "tests/backends/test_shape.py": 3,
-  "tests/backends/test_contraction.py": 2,
-  "tests/backends/test_indexing.py": 2,
-  "tests/backends/test_sorting.py": 1,
-  "tests/backends/test_control_flow.py": 1,
-  "tests/backends/test_random.py": 3,
-  "tests/backends/test_special.py": 1,
-  "tests/backends/test_linalg.py": 3,
+  "tests/backends/test_elementwise.py": 5,
+  "tests/backends/test_reduction.py": 5,
+  "tests/backends/test_shape.py": 6,
+  "tests/backends/test_contraction.py": 5,
+  "tests/backends/test_indexing.py": 5,
+  "tests/backends/test_sorting.py": 3,
+  "tests/backends/test_control_flow.py": 3,
+  "tests/backends/test_random.py": 6,
+  "tests/backends/test_special.py": 2,
+  "tests/backends/test_linalg.py": 8,
   "tests/test_float64.py": 1,
   "tests/test_models.py": 1,
   "tests/test_native_models.py": 1,
-  "tests/test_devices.py": 1,
 }
 
 

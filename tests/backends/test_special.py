@@ -87,7 +87,7 @@ ZETA_Q = [-3.0, -2.5, -1.0, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.0, 9.5, 1e4, 1e20, INF,
 POLYGAMMA_N = [-1.0, 0.0, -0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 7.0, 12.0, INF, NAN]
 
 
-@pytest.mark.parametrize("dtype", [F32, F16], ids=name)
+@pytest.mark.parametrize("dtype", [param(d, name="zeta", dtype=d, id=name(d)) for d in (F32, F16)])
 def test_zeta(dtype):
   check_lax("zeta", *grid(ZETA_X, ZETA_Q, dtype=dtype), **TOLERANCE["zeta"] if dtype == F32 else {})
 
@@ -103,8 +103,8 @@ def bessel_values(dtype):
   return np.concatenate([edges, np.linspace(-40, 40, 161)]).astype(dtype)
 
 
-@pytest.mark.parametrize("prim", ["bessel_i0e", "bessel_i1e"])
-@pytest.mark.parametrize("dtype", [F32, F16], ids=name)
+@pytest.mark.parametrize("dtype, prim", [param(d, p, name=p, dtype=d, id=f"{name(d)}-{p}")
+                                         for p in ("bessel_i0e", "bessel_i1e") for d in (F32, F16)])
 def test_bessel(prim, dtype):
   check_lax(prim, bessel_values(dtype))
 
