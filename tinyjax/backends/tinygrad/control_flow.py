@@ -57,11 +57,22 @@ def _distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
 def _replay(jit, *args):
   """jit(*args); a TinyJit that rejects its inputs (laid out unlike the ones it captured) is captured anew."""
   from tinygrad.engine.jit import JitError
+  # NB: TinyJit copies an input that is one of its outputs, so no kernel reads and writes one buffer, but it misses
+  # an output written by read-modify-write, as WGSL writes packed arrays (bool, 8- and 16-bit integers). Passed
+  # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
+  # while loop (its predicate a bool array) never ended on WEBGPU
+  args = [a.clone() if isinstance(a, Tensor) and _packed_on_wgsl(a) else a for a in args]
   try:
     return jit(*args)
   except JitError:
     jit.reset()
     return jit(*args)
+
+
+def _packed_on_wgsl(x: Tensor) -> bool:
+  from tinygrad import Device
+  from tinygrad.renderer.wgsl import WGSLRenderer
+  return x.dtype.itemsize < 4 and x.dtype != dtypes.half and isinstance(Device[x.device].renderer, WGSLRenderer)
 
 
 def _at(x: Tensor, i) -> Tensor:
