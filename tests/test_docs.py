@@ -7,7 +7,7 @@ import pytest
 DOCS = pathlib.Path(__file__).parent.parent / "docs"
 
 
-@pytest.mark.parametrize("page", ["guide.md", "guarantees.md", "export.md"])
+@pytest.mark.parametrize("page", ["guide.md", "guarantees.md", "export.md", "devices.md"])
 def test_code_blocks_run(page, capsys):
   blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
   assert blocks, f"{page} has no python blocks"
