@@ -25,11 +25,11 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
-from tinyjax.backends.tinygrad.renderers import fix_wgsl_packed_loads
+from tinyjax.backends.tinygrad.renderers import fix_wgsl
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
-fix_wgsl_packed_loads()
+fix_wgsl()
 
 @dataclasses.dataclass(frozen=True)
 class Plan:

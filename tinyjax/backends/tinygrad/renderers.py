@@ -5,6 +5,10 @@ A gated load of one with an alternative value (`where(gate, x[i], y)`, which tin
 word with y as its alternative and then extracted the field from the result: where the gate was false, y itself was
 shifted and masked (a concatenation of bool arrays on WEBGPU came out wrong after its first piece). The fixed load
 extracts the field from the loaded word, then selects the alternative.
+
+NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN with the sign bit set, which XLA's
+total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
+literal is 0x7fc00000.
 """
 from tinygrad.dtype import dtypes
 from tinygrad.renderer import wgsl
@@ -19,9 +23,16 @@ def _packed_load_then_alternative(load):
   return gate.where(wgsl.packed_load(word_load), alternative)
 
 
-def fix_wgsl_packed_loads() -> None:
+def _with_positive_nan(render_kernel):
+  def render(self, *args, **kwargs):
+    return render_kernel(self, *args, **kwargs).replace("let bits = 0xffffffffu;", "let bits = 0x7fc00000u;")
+  return render
+
+
+def fix_wgsl() -> None:
   renderer = wgsl.WGSLRenderer
-  if not getattr(renderer, "_tinyjax_packed_loads", False):
+  if not getattr(renderer, "_tinyjax_fixed", False):
     fix = PatternMatcher([(UPat(Ops.LOAD, name="load"), _packed_load_then_alternative)])
     renderer.extra_matcher = fix + renderer.extra_matcher
-    renderer._tinyjax_packed_loads = True
+    renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
+    renderer._tinyjax_fixed = True

@@ -17,9 +17,11 @@ from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 def _sort_key(x, dtype):
   """JAX's sort comparator: floats with -0.0 as 0.0 and every NaN as +NaN, then the total order (NaN last)."""
-  if np.dtype(dtype).kind == "f":
-    x = fm.isnan(x).where(math.nan, (x == 0).where(0.0, x))
-  return order_key(x, dtype)
+  if np.dtype(dtype).kind != "f":
+    return order_key(x, dtype)
+  nan = fm.isnan(x)  # NB: by bits, and no NaN constant: WGSL's NaN literal has the sign bit set (it sorted first)
+  key = order_key((x.eq(0) & ~nan).where(0.0, x), dtype)
+  return nan.where(key.dtype.max, key)
 
 
 def _ranks(keys: list, descending: bool):
