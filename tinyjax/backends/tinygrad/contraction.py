@@ -9,6 +9,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -32,7 +33,7 @@ def _from_plus_zero(result, terms: int):
   """
   if not dtypes.is_float(result.dtype) or terms <= 1:
     return result
-  return (result == 0).where(0.0, result)
+  return fm.positive_zero(result)
 
 
 def _to_output(ctx, result):
@@ -155,16 +156,9 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   windows = _windows(x, _extreme(dtype, not largest), window)
   if dtype == np.bool_:
     return windows.any(axes) if largest else windows.all(axes)
-  result = windows.max(axes) if largest else windows.min(axes)
-  if dtype.kind != "f":
-    return result
-  # NB: tinygrad's max/min skip NaN and give a zero the sign of whichever zero comes first; XLA propagates NaN
-  # and orders -0.0 < +0.0. One more reduce, over a small key, finds a NaN (2) or the zero XLA picks (1).
-  bits = windows.bitcast({2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dtype.itemsize])
-  wanted_zero = (bits == 0) if largest else (windows == 0) & (bits != 0)
-  key = (windows != windows).where(2, wanted_zero.where(1, 0)).max(axes)
-  result = ((key == 1) & (result == 0)).where(0.0 if largest else -0.0, result)
-  return (key == 2).where(float("nan"), result)
+  if dtype.kind == "f":
+    return fm.extreme(windows, axes, largest)
+  return windows.max(axes) if largest else windows.min(axes)
 
 
 def _reduce_window(monoid: str):

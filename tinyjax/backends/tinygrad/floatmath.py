@@ -82,6 +82,20 @@ def from_order_key(key, dtype):
   return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key).bitcast(wide).cast(dtype)
 
 
+def positive_zero(x):
+  """x with -0.0 made +0.0: XLA's sums start from +0.0, so a sum of -0.0s is +0.0; tinygrad's keeps -0.0.
+
+  NB: NaN told by its bits: WGSL compilers may take NaN == 0 as True (a dot product's NaN became 0.0 on WEBGPU)."""
+  return (x.eq(0) & ~isnan(x)).where(0.0, x)
+
+
+def extreme(x, axes, largest: bool):
+  """XLA's max or min of floats over `axes`, on order keys: NaN propagates and -0.0 < +0.0 (tinygrad's skip NaN)."""
+  key = order_key(x)
+  key = isnan(x).where(key.dtype.max if largest else key.dtype.min, key)
+  return from_order_key(key.max(axes) if largest else key.min(axes), x.dtype)
+
+
 def div(x, y):
   """x / y, one IEEE division (Ops.FDIV, which every renderer is taught below).
 

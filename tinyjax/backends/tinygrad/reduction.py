@@ -29,9 +29,7 @@ def _from_key(key, dtype):
 
 
 def _positive_zero(x):
-  # NB: XLA's sums start from the init value +0.0, so a sum of -0.0s is +0.0; tinygrad's keeps -0.0
-  # NB: NaN told by its bits: WGSL compilers may take NaN == 0 as True
-  return (x.eq(0) & ~fm.isnan(x)).where(0.0, x) if dtypes.is_float(x.dtype) else x
+  return fm.positive_zero(x) if dtypes.is_float(x.dtype) else x
 
 
 # --- reductions over `axes`
@@ -43,9 +41,9 @@ def _sum(x, axes):
 
 
 def _extreme(pick: str):
-  """reduce_max / reduce_min on the order key: NaN propagates and -0.0 < +0.0, where tinygrad drops NaN."""
+  """reduce_max / reduce_min: XLA's (fm.extreme) for floats."""
   def reduce(x, axes):
-    return _from_key(getattr(_order_key(x, nan_largest=pick == "max"), pick)(axes), x.dtype)
+    return fm.extreme(x, axes, largest=pick == "max") if dtypes.is_float(x.dtype) else getattr(x, pick)(axes)
   return reduce
 
 
