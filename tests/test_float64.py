@@ -42,6 +42,7 @@ def ran_on(fn, *args) -> set:
   return {where for where, _ in tinyjax.explain(fn)(*args).primitives}
 
 
+@pytest.mark.float64
 def test_float64_is_computed_in_float64_where_the_device_has_it(x64):
   result = check(lambda np_, a: np_.exp(a) * 3.0 + 0.1, F64_EDGES)  # native only, float64 tolerance (1e-12)
   assert result.dtype == np.float64 and np.asarray(result)[1] == 3.0 + 0.1

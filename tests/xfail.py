@@ -62,8 +62,6 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
      "only (WGSL's f16 arithmetic rounds each sum, as XLA)" for device in ("CPU", "CL")},
   **{("CL", prim, "float16"): "POCL computes float16 without denormals: a result below 6.1e-5 (float16's smallest "
      "normal) becomes 0.0 where XLA keeps the denormal" for prim in ("igamma", "zeta", "bessel_i1e")},
-  ("WEBGPU", "fallback", "bfloat16"): "moving a bfloat16 array to the WebGPU device fails in tinygrad's copy-in "
-    "(ValueError: cannot include dtype 'E' in a buffer), so a bfloat16 program cannot even fall back",
 }
 
 

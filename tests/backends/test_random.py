@@ -197,6 +197,7 @@ def test_other_implementations_run_on_xla():
 
 # --- 64 bits
 
+@pytest.mark.float64
 def test_x64_in_a_subprocess():
   """64-bit seeds and bits need jax_enable_x64, which is global: checked in a process of their own."""
   code = textwrap.dedent("""
