@@ -20,6 +20,7 @@ import functools
 
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
+from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 from tinyjax.core import keys
 
@@ -61,18 +62,12 @@ def _replay(jit, *args):
   # an output written by read-modify-write, as WGSL writes packed arrays (bool, 8- and 16-bit integers). Passed
   # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
   # while loop (its predicate a bool array) never ended on WEBGPU
-  args = [a.clone() if isinstance(a, Tensor) and _packed_on_wgsl(a) else a for a in args]
+  args = [a.clone() if isinstance(a, Tensor) and a.dtype.itemsize < 4 and a.dtype != dtypes.half and fm.on_wgsl(a) else a for a in args]
   try:
     return jit(*args)
   except JitError:
     jit.reset()
     return jit(*args)
-
-
-def _packed_on_wgsl(x: Tensor) -> bool:
-  from tinygrad import Device
-  from tinygrad.renderer.wgsl import WGSLRenderer
-  return x.dtype.itemsize < 4 and x.dtype != dtypes.half and isinstance(Device[x.device].renderer, WGSLRenderer)
 
 
 def _at(x: Tensor, i) -> Tensor:

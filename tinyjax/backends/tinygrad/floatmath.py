@@ -66,11 +66,20 @@ def isnan(x):
   return (b & typed(b, (1 << (width(x) - 1)) - 1)) > typed(b, ((1 << exponent) - 1) << mantissa)
 
 
+def on_wgsl(x) -> bool:
+  """Whether x's device renders WGSL (WebGPU), which has no 16-bit integers and packs narrow arrays into words."""
+  from tinygrad import Device
+  from tinygrad.renderer.wgsl import WGSLRenderer
+  return isinstance(Device[x.device].renderer, WGSLRenderer)
+
+
 def order_key(x):
   """Integers ordering x's floats as XLA's total order: -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN.
 
-  NB: 16-bit floats are keyed as float32 (exactly): WGSL has no 16-bit integers (a key of int16 reversed max)."""
-  if x.dtype.itemsize == 2:
+  NB: on WGSL, which has no 16-bit integers (an int16 key reversed max), 16-bit floats are keyed as float32
+  (exactly). Elsewhere they keep their own width: tinygrad's folding of a widened inf or NaN constant's bits failed
+  (OverflowError in a padded float16 reduce_window)."""
+  if x.dtype.itemsize == 2 and on_wgsl(x):
     x = x.cast(F32)
   key = x.bitcast(SINT[x.dtype.itemsize])
   return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key)
@@ -78,7 +87,7 @@ def order_key(x):
 
 def from_order_key(key, dtype):
   """The float of `dtype` whose order_key is `key` (the map of bits is its own inverse)."""
-  wide = {4: F32, 8: F64}[key.dtype.itemsize]
+  wide = dtype if key.dtype.itemsize == 2 else {4: F32, 8: F64}[key.dtype.itemsize]
   return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key).bitcast(wide).cast(dtype)
 
 

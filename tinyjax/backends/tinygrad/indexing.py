@@ -57,19 +57,14 @@ def from_order_key(key, dtype):
   return fm.from_order_key(key, tg_dtype(dtype)) if np.dtype(dtype).kind == "f" else from_bits(key, dtype)
 
 
-def key_limit(dtype, largest: bool) -> int:
-  """The largest or smallest order_key of `dtype` can hold (for floats, beyond every key of a value but NaN's)."""
-  dtype = np.dtype(dtype)
-  info = np.iinfo(f"int{8 * max(dtype.itemsize, 4)}" if dtype.kind == "f" else np.uint8 if dtype == np.bool_ else dtype)
-  return int(info.max if largest else info.min)
-
-
 def extreme(dtype, largest: bool):
   """The largest or smallest value of `dtype` (infinities for floats)."""
   dtype = np.dtype(dtype)
   if dtype.kind == "f":
     return math.inf if largest else -math.inf
-  return bool(largest) if dtype == np.bool_ else key_limit(dtype, largest)
+  if dtype == np.bool_:
+    return bool(largest)
+  return int(np.iinfo(dtype).max if largest else np.iinfo(dtype).min)
 
 
 def _empty(aval, device):
@@ -219,6 +214,11 @@ def _combine_product(ctx, base, hits, updates, axis):
   return (base.cast(acc) * hits.where(updates.cast(acc), 1).prod(axis, dtype=acc)).cast(base.dtype)
 
 
+def _limit(keys, largest: bool) -> int:
+  """The largest or smallest key `keys`' dtype holds (for floats, beyond every key of a value but NaN's)."""
+  return keys.dtype.max if largest else keys.dtype.min
+
+
 def _combine_extreme(largest: bool):
   """scatter-max / scatter-min on order keys: -0.0 < 0.0 as in XLA, and NaN wins either way (XLA propagates it)."""
   def combine(ctx, base, hits, updates, axis):
@@ -226,8 +226,9 @@ def _combine_extreme(largest: bool):
 
     def key(x):
       keys = order_key(x, dtype)
-      return fm.isnan(x).where(key_limit(dtype, largest), keys) if dtype.kind == "f" else keys  # NB: bits (WGSL)
-    chosen = hits.where(key(updates), key_limit(dtype, not largest))
+      return fm.isnan(x).where(_limit(keys, largest), keys) if dtype.kind == "f" else keys  # NB: bits (WGSL)
+    keyed = key(updates)
+    chosen = hits.where(keyed, _limit(keyed, not largest))
     if largest:
       return from_order_key(key(base).maximum(chosen.max(axis)), dtype)
     return from_order_key(key(base).minimum(chosen.min(axis)), dtype)

@@ -31,10 +31,13 @@ def rounded(x: Tensor) -> Tensor:
     normal = (u + const(0xFFF) + ((u >> 13) & const(1))) & const(0xFFFFE000)
     normal = ((normal & const(0x7FFFFFFF)) >= const(0x47800000)).where(sign | const(0x7F800000), normal)  # 2**16: inf
     # below float16's smallest normal (2**-14) its values are the multiples of 2**-24: scaled, they are integers
-    scaled = magnitude.bitcast(_F32) * 2.0 ** 24
+    # NB: only the subnormal range is scaled: tinygrad folds the int cast of a constant inf or NaN with Python's
+    # int(), which raises (a float16 reduce_window whose windows lie wholly in its padding)
+    tiny = magnitude < const(0x38800000)
+    scaled = tiny.where(magnitude, const(0)).bitcast(_F32) * 2.0 ** 24
     whole = scaled.cast(dtypes.int32)
     fraction = scaled - whole.cast(_F32)
     up = (fraction > 0.5) | ((fraction == 0.5) & ((whole & 1) == 1))
     subnormal = ((whole + up.cast(dtypes.int32)).cast(_F32) * 2.0 ** -24).bitcast(_U32) | sign
-    nearest = (magnitude < const(0x38800000)).where(subnormal, normal)
+    nearest = tiny.where(subnormal, normal)
   return (magnitude > const(0x7F800000)).where(u, nearest).bitcast(_F32).cast(dtype)
