@@ -21,12 +21,12 @@ DEVICE_LEG: dict[str, int] = {
   "tests/backends/test_contraction.py": 5,
   "tests/backends/test_indexing.py": 5,
   "tests/backends/test_sorting.py": 3,
-  "tests/backends/test_control_flow.py": 3,
+  "tests/backends/test_control_flow.py": 4,
   "tests/backends/test_random.py": 6,
-  "tests/backends/test_special.py": 2,
+  "tests/backends/test_special.py": 3,
   "tests/backends/test_linalg.py": 8,
   "tests/test_float64.py": 1,
-  "tests/test_models.py": 1,
+  "tests/test_models.py": 3,
   "tests/test_native_models.py": 1,
 }
 
