@@ -85,6 +85,17 @@ def order_key(x):
   return (key < 0).where(key ^ (2 ** (width(key) - 1) - 1), key)
 
 
+def nan_order_key(x, nan_largest: bool):
+  """order_key with every NaN the largest or the smallest key (NB: NaN by its bits, not x != x: WGSL)."""
+  key = order_key(x)
+  return isnan(x).where(key.dtype.max if nan_largest else key.dtype.min, key)
+
+
+def packed_on_wgsl(x) -> bool:
+  """Whether WGSL packs x's array into 32-bit words (bool, 8- and 16-bit integers), written by read-modify-write."""
+  return x.dtype.itemsize < 4 and x.dtype != dtypes.half and on_wgsl(x)
+
+
 def from_order_key(key, dtype):
   """The float of `dtype` whose order_key is `key` (the map of bits is its own inverse)."""
   wide = dtype if key.dtype.itemsize == 2 else {4: F32, 8: F64}[key.dtype.itemsize]
@@ -100,8 +111,7 @@ def positive_zero(x):
 
 def extreme(x, axes, largest: bool):
   """XLA's max or min of floats over `axes`, on order keys: NaN propagates and -0.0 < +0.0 (tinygrad's skip NaN)."""
-  key = order_key(x)
-  key = isnan(x).where(key.dtype.max if largest else key.dtype.min, key)
+  key = nan_order_key(x, nan_largest=largest)
   return from_order_key(key.max(axes) if largest else key.min(axes), x.dtype)
 
 

@@ -225,8 +225,7 @@ def _combine_extreme(largest: bool):
     dtype = ctx.out_aval.dtype
 
     def key(x):
-      keys = order_key(x, dtype)
-      return fm.isnan(x).where(_limit(keys, largest), keys) if dtype.kind == "f" else keys  # NB: bits (WGSL)
+      return fm.nan_order_key(x, nan_largest=largest) if dtype.kind == "f" else order_key(x, dtype)
     keyed = key(updates)
     chosen = hits.where(keyed, _limit(keyed, not largest))
     if largest:

@@ -19,8 +19,7 @@ def _order_key(x, nan_largest: bool):
   """An integer tensor ordered as XLA orders x's values (-0.0 < +0.0); NaN is the largest or the smallest key."""
   if not dtypes.is_float(x.dtype):
     return x
-  key = fm.order_key(x)
-  return fm.isnan(x).where(key.dtype.max if nan_largest else key.dtype.min, key)  # NB: bits, not x != x (WGSL)
+  return fm.nan_order_key(x, nan_largest)
 
 
 def _from_key(key, dtype):
