@@ -5,6 +5,11 @@ import zlib
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The oracle's XLA programs compile once for the whole suite: the CPU run's two workers, the device legs (the same
+# oracle again) and the subprocess tests share JAX's persistent compilation cache (a directory git ignores)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "xla"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # TINYJAX_BACKEND=auto remembers its measurements: the tests' go to a directory of their own, not the user's cache
 os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix="tinyjax-tests-"), "auto.json"))
 

@@ -6,6 +6,8 @@ parametrized sweeps run on the XLA backend (`xla` fixture: compiling on tinygrad
 tests that read data out of Arrays run on the default tinygrad backend. Whether each primitive computes like
 XLA on tinygrad is tests/backends' business.
 """
+import collections
+import contextlib
 import copy
 import operator
 import pickle
@@ -361,6 +363,67 @@ MISUSE = {
 @pytest.mark.parametrize("misuse", MISUSE)
 def test_misuse_raises_like_jax(misuse):
   raises_like_jax(MISUSE[misuse])
+
+
+# NB: Python writes JAX's class as 'jaxlib._jax.ArrayImpl' in its own messages, tinyjax's as 'ArrayImpl'
+FOREIGN_OPERATORS = {"add": operator.add, "mul": operator.mul, "sub": operator.sub, "lt": operator.lt,
+                     "eq": operator.eq, "ne": operator.ne, "pow": operator.pow, "rshift": operator.rshift}
+FOREIGN_OPERANDS = {"list": [1.0, 2.0], "tuple": (1.0, 2.0), "dict": {}, "set": set()}
+
+
+@pytest.mark.parametrize("other", FOREIGN_OPERANDS)
+@pytest.mark.parametrize("op", FOREIGN_OPERATORS)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_operators_refuse_containers_as_jax_does(op, other, side):
+  """Lists, tuples, dicts and sets are not operands (JAX's message where JAX writes one), and a NamedTuple answers
+  the operator itself."""
+  def apply(m):
+    args = (m.ones(2), FOREIGN_OPERANDS[other])
+    return FOREIGN_OPERATORS[op](*(args if side == "left" else args[::-1]))
+
+  with pytest.raises(TypeError) as jax_info:
+    apply(jnp)
+  with pytest.raises(TypeError) as tinyjax_info:
+    apply(tnp)
+  assert str(tinyjax_info.value) == str(jax_info.value).replace("jaxlib._jax.ArrayImpl", "ArrayImpl")
+
+
+def test_a_named_tuple_answers_operators_itself():
+  class Pair(collections.namedtuple("Pair", "a b")):
+    def __add__(self, other):
+      return "pair first"
+
+    def __radd__(self, other):
+      return "pair second"
+  for m in (jnp, tnp):
+    assert (m.ones(2) + Pair(1, 2), Pair(1, 2) + m.ones(2)) == ("pair second", "pair first")
+
+
+def test_traces_follow_jax_settings():
+  """A trace made under one JAX setting is not reused under another (the cache key holds JAX's trace context)."""
+  def set_int32_to_int16(m):
+    return m.arange(3, dtype=np.int32).at[0].set(np.int16(1))
+  same(set_int32_to_int16)
+  with jax.numpy_dtype_promotion("strict"):
+    raises_like_jax(set_int32_to_int16)
+
+
+@pytest.mark.parametrize("index", [4, -3, (slice(None), 4)], ids=["4", "-3", "slice-4"])
+def test_static_indices_are_checked_when_jax_checks_them(index):
+  shape = (2,) if isinstance(index, int) else (2, 3)
+  same(lambda m: m.zeros(shape)[index])  # clamped, as JAX clamps
+  with _static_checks():
+    raises_like_jax(lambda m: m.zeros(shape)[index])
+    raises_like_jax(lambda m: m.zeros(shape).at[index].get())
+
+
+@contextlib.contextmanager
+def _static_checks():
+  jax.config.update("jax_check_static_indices", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_check_static_indices", False)
 
 
 def test_len_iter_and_truth():

@@ -18,7 +18,7 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
-from oracle import assert_like_jax
+from oracle import assert_like_jax, native
 from tinyjax.backends import selection
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 
@@ -340,29 +340,41 @@ def test_fallback_policy_does_not_apply_on_xla(monkeypatch):
 
 # --- a kernel tinygrad fails to compile
 
-def _failing_compiler(monkeypatch):
-  """Every kernel compiled from now on fails, as clang fails on a kernel it rejects."""
+def _failing_compiler(monkeypatch, failure="compile"):
+  """Every kernel compiled from now on fails: as clang fails on a kernel it rejects ("compile"), or as tinygrad's
+  code generation gives up on one ("codegen": its UOp verification), or with another RuntimeError ("other")."""
   from tinygrad.device import CompileError, Compiler
   backend = selection.current_backend()
   assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
+  error = {"compile": CompileError("refused by the test"),
+           "codegen": RuntimeError("UOp verification failed at 3 on Ops.AFTER (refused by the test)"),
+           "other": RuntimeError("out of memory (refused by the test)")}[failure]
 
   def refuse(self, src):
-    raise CompileError("refused by the test")
+    raise error
   monkeypatch.setattr(Compiler, "compile_cached", refuse)
 
 
-@pytest.mark.parametrize("policy", ["xla", "warn"])
-def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy):
+@pytest.mark.parametrize("policy,failure,size", [("xla", "compile", 19), ("warn", "compile", 21),
+                                                 ("warn", "codegen", 25)])
+def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy, failure, size):
   monkeypatch.setenv("TINYJAX_FALLBACK", policy)
-  _failing_compiler(monkeypatch)
+  _failing_compiler(monkeypatch, failure)
   # NB: shapes no other test uses: their kernels are not compiled yet (and a rescued program stays rescued)
-  x = np.linspace(-2, 2, 19 if policy == "xla" else 21, dtype=np.float32)
+  x = np.linspace(-2, 2, size, dtype=np.float32)
   with pytest.warns(RuntimeWarning, match="could not compile a kernel .*sin x1.*XLA runs that program") as caught:
     line = sys._getframe().f_lineno + 1
     y = tnp.sin(x) * 3 + 1.5
     np.asarray(y)
   assert caught[0].filename == _FILE and caught[0].lineno == line
   assert_like_jax(y, jnp.sin(x) * 3 + 1.5)
+
+
+def test_other_runtime_errors_are_not_rescued(monkeypatch):
+  _failing_compiler(monkeypatch, "other")
+  y = tnp.tan(np.linspace(-1, 1, 27, dtype=np.float32)) + 2  # NB: a shape no other test uses
+  with pytest.raises(RuntimeError, match="out of memory"):
+    np.asarray(y)
 
 
 def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
@@ -382,3 +394,24 @@ def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
   assert not any(backend == "xla" for backend, _ in tinyjax.report().primitives - flushes)
   monkeypatch.undo()
   assert_like_jax(y, jnp.cos(x) - 4)  # the value is still pending: with a working compiler, it computes
+
+
+def test_elementwise_kernels_on_the_cpu_are_left_to_clangs_vectorizer(monkeypatch):
+  """On the CPU device an elementwise kernel is not upcast (clang vectorizes the plain loop: kernel_opts.py); a
+  kernel with a reduction keeps tinygrad's choice."""
+  from tinygrad.codegen.opt import OptOps, heuristic
+  chosen = {}
+  optimize = heuristic.hand_coded_optimizations
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    chosen[kernel.reduceop is not None] = [opt.op for opt in tuned.applied_opts]
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  x = np.linspace(-3, 3, 4 * 3331, dtype=np.float32).reshape(4, 3331)  # NB: a shape no other test uses
+  with native():
+    y, total = tnp.exp(x) * 2 - 1, tnp.sum(x * x, axis=1)
+    assert_like_jax(y, jnp.exp(x) * 2 - 1)
+    assert_like_jax(total, jnp.sum(x * x, axis=1))
+  assert set(chosen) == {False, True}
+  assert (OptOps.UPCAST in chosen[False]) == (selection.current_backend().device != "CPU"), chosen

@@ -320,3 +320,11 @@ def test_flax_seed_cnn():
     check_traced(lambda x: cnn.apply(params, x), images, **TOLERANCE[np.float32])
   ran_natively = {p for backend, p in report.primitives if backend == "tinygrad"}
   assert {"conv_general_dilated", "reduce_window_sum", "dot_general"} <= ran_natively, report
+
+
+def test_dot_general_of_zero_dimensional_operands():
+  """Operands with no axes at all (a product of scalars; an einsum whose operands all contract away)."""
+  two, three = np.float32(2), np.float32(3)
+  check(lambda np_, a, b: np_.einsum(",->", a, b), two, three)
+  check(lambda np_, a, b, c: np_.einsum("ab,ab,c->c", a, b, c), np.ones((2, 2), np.int32), np.ones((2, 2), np.int32),
+        np.ones(0, np.int32))

@@ -149,6 +149,19 @@ def test_scatter_extremes_of_zeros_and_nan():
     check_lax(fn, operand, indices, updates, dimension_numbers=SDN((), (0,), (0,)), mode=M.FILL_OR_DROP)
 
 
+def test_scatter_into_a_zero_dimensional_operand():
+  for method in ("set", "min", "max", "add"):
+    check(lambda np_, x: getattr(np_.asarray(x).at[()], method)(1.0), np.float32(-3))
+
+
+def test_scatter_extremes_where_no_update_lands():
+  """Where nothing lands the operand stays, negative values too (on WEBGPU a fill key beside the key of a constant
+  1.0 came out 0: indexing._limit)."""
+  x = np.array([[-1.0, 2.0, -3.0], [-4.0, -5.0, 6.0]], np.float32)
+  for method in ("max", "min"):
+    check(lambda np_, x: getattr(np_.asarray(x).at[:, np.array([0, 0])], method)(np_.ones(2)[:, None]), x)
+
+
 def test_scatter_apply():
   traced(lambda x, i: jnp.asarray(x).at[i].apply(lambda v: v * 2 + 1), np.arange(6, dtype=np.float32),
          np.array([1, 4, 1, 9]))

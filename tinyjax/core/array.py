@@ -26,21 +26,40 @@ def _getitem(x, index):
   return x[index]
 
 
+def _static_indices() -> bool:
+  """Whether an integer index is given to JAX as the number itself: under jax_check_static_indices JAX checks it
+  against the shape; otherwise it is traced (one trace for x[0], x[1], ...), clamped as JAX clamps."""
+  return jax.config.jax_check_static_indices
+
+
 def _operator(name):
   method = f"__{name}__"
   # NB: an integer exponent stays static, so that x ** 2 is integer_pow as in JAX, not a traced pow loop
   static_scalars = name in ("pow", "rpow")
+  symbol, refused = _REFUSED.get(name, (None, ()))
 
   def op(self, other):
-    if not _is_operand(other):
-      return NotImplemented
-    return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
+    if hasattr(other, "__jax_array__"):
+      other = other.__jax_array__()
+    if isinstance(other, _OPERANDS):
+      return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
+    if type(other) in refused:  # NB: not isinstance, so that a NamedTuple may answer the operator itself, as in JAX
+      first, second = (other, self) if name in _REFLECTED else (self, other)
+      raise TypeError(f"unsupported operand type(s) for {symbol}: {type(first).__name__!r} and "
+                      f"{type(second).__name__!r}")
+    return NotImplemented
   op.__name__ = method
   return op
 
 
-def _is_operand(x) -> bool:
-  return isinstance(x, (Array, np.ndarray, np.generic, jax.Array, int, float, complex, bool, list, tuple))
+# JAX's rules for an operand of another type (jax/_src/numpy/array_methods.py): these compute; + and * refuse lists
+# and tuples (which would concatenate or repeat) and == and != refuse dicts, lists, sets and tuples (which Python
+# would compare by identity), with JAX's message (NB: JAX's != says "==" too); any other type gets NotImplemented,
+# so that the other operand may answer
+_OPERANDS = (np.ndarray, np.generic, jax.Array, int, float, complex)
+_SEQUENCES, _CONTAINERS = (list, tuple), (dict, list, set, tuple)
+_REFUSED = {"add": ("+", _SEQUENCES), "radd": ("+", _SEQUENCES), "mul": ("*", _SEQUENCES),
+            "rmul": ("*", _SEQUENCES), "eq": ("==", _CONTAINERS), "ne": ("==", _CONTAINERS)}
 
 
 _BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "divmod", "lshift", "rshift",
@@ -250,7 +269,7 @@ class Array(jax.Array):
 
   # --- indexing
   def __getitem__(self, index):
-    return tracing.call(_getitem, (self, index))
+    return tracing.call(_getitem, (self, index), static_scalars=_static_indices())
 
   def __setitem__(self, index, value):
     raise TypeError("JAX arrays are immutable and do not support in-place item assignment. Instead of "
@@ -273,6 +292,9 @@ def _from_host(host, weak_type):
   return Array(_host_value(jax.core.ShapedArray(host.shape, host.dtype, weak_type=weak_type), host))
 
 
+# NB: Python's own operator errors name a class by its __name__; JAX's arrays are jaxlib's ArrayImpl, so that
+# "'<' not supported between instances of 'ArrayImpl' and 'dict'" reads as JAX's (the class stays tinyjax.Array)
+Array.__name__ = "ArrayImpl"
 for _name in _BINARY + _REFLECTED:
   setattr(Array, f"__{_name}__", _operator(_name))
 for _name in _UNARY:
@@ -295,7 +317,7 @@ class _IndexUpdateRef:
     self.array, self.index = array, index
 
   def _apply(self, method, *values, **kwargs):
-    return tracing.call(_update, (self.array, self.index, method, values, kwargs))
+    return tracing.call(_update, (self.array, self.index, method, values, kwargs), static_scalars=_static_indices())
 
   def get(self, **kwargs):
     return self._apply("get", **kwargs)

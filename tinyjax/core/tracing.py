@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
@@ -172,7 +173,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     dynamic.append(i)
     avals.append(aval)
   try:
-    key = (fn, treedef, tuple(avals), tuple(map(_static_key, statics)), tuple(dynamic), jax.config.jax_enable_x64)
+    key = (fn, treedef, tuple(avals), tuple(map(_static_key, statics)), tuple(dynamic), jax_config.trace_context())
   except TypeError:
     key = None
   if key is not None and (traced := _traces.get(key)) is not None:

@@ -65,10 +65,10 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_eleme
   contract_shape = [lhs.shape[d] for d in lhs_contract]
   lhs_free_shape, rhs_free_shape = [lhs.shape[d] for d in lhs_free], [rhs.shape[d] for d in rhs_free]
   acc = _accumulator(ctx.out_aval.dtype)
-  lhs = lhs.cast(acc).permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(
-    *batch_shape, *lhs_free_shape, *[1] * len(rhs_free), *contract_shape)
-  rhs = rhs.cast(acc).permute(*rhs_batch, *rhs_free, *rhs_contract).reshape(
-    *batch_shape, *[1] * len(lhs_free), *rhs_free_shape, *contract_shape)
+  lhs = lhs.cast(acc).permute((*lhs_batch, *lhs_free, *lhs_contract)).reshape(
+    (*batch_shape, *lhs_free_shape, *[1] * len(rhs_free), *contract_shape))
+  rhs = rhs.cast(acc).permute((*rhs_batch, *rhs_free, *rhs_contract)).reshape(
+    (*batch_shape, *[1] * len(lhs_free), *rhs_free_shape, *contract_shape))
   products = lhs * rhs
   if not contract_shape:
     return _to_output(ctx, products)
@@ -84,9 +84,9 @@ def _dilate(x, factors, fill, first_axis=0):
     size = x.shape[axis]
     if factor == 1 or size == 0:
       continue
-    spread = x.reshape(*x.shape[:axis + 1], 1, *x.shape[axis + 1:])
+    spread = x.reshape((*x.shape[:axis + 1], 1, *x.shape[axis + 1:]))
     spread = spread.pad([(0, 0)] * (axis + 1) + [(0, factor - 1)] + [(0, 0)] * (x.ndim - axis - 1), value=fill)
-    x = spread.reshape(*x.shape[:axis], size * factor, *x.shape[axis + 1:]).shrink_to(
+    x = spread.reshape((*x.shape[:axis], size * factor, *x.shape[axis + 1:])).shrink_to(
       *x.shape[:axis], (size - 1) * factor + 1, *x.shape[axis + 1:])
   return x
 
@@ -103,9 +103,9 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
     return _empty(ctx, ctx.out_aval)
   lhs_spec, rhs_spec, out_spec = dimension_numbers
   acc = _accumulator(ctx.out_aval.dtype)
-  x = _dilate(lhs.cast(acc).permute(*lhs_spec), lhs_dilation, 0, first_axis=2)
+  x = _dilate(lhs.cast(acc).permute(tuple(lhs_spec)), lhs_dilation, 0, first_axis=2)
   x = x.pad(((0, 0), (0, 0), *padding))
-  kernel = rhs.cast(acc).permute(*rhs_spec)
+  kernel = rhs.cast(acc).permute(tuple(rhs_spec))
   groups = feature_group_count
   if batch_group_count > 1:
     # Batch group g (the major part of the batch dim) meets output feature group g: move the batch groups into
@@ -116,7 +116,7 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
     groups = batch_group_count
   result = x.conv2d(kernel, groups=groups, stride=tuple(window_strides), dilation=tuple(rhs_dilation), dtype=acc)
   result = _from_plus_zero(result, int(np.prod(kernel.shape[1:])))
-  return _to_output(ctx, result.permute(*np.argsort(out_spec)))
+  return _to_output(ctx, result.permute(tuple(np.argsort(out_spec))))
 
 
 # --- reduce_window family
@@ -206,8 +206,8 @@ def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimen
   if n == 1 and (monoid := _monoid_of(jaxpr, ctx.out_aval.dtype)):
     return ctx.backend.run_jaxpr(body, inits[0], _reduce_windows(ctx, operands[0], monoid, window))
   valid = _windows(Tensor.ones(operands[0].shape, dtype=dtypes.bool, device=ctx.device), False, window)
-  valid = valid.reshape(*shape, -1)
-  windows = [_windows(x, 0, window).reshape(*shape, -1) for x in operands]
+  valid = valid.reshape((*shape, -1))
+  windows = [_windows(x, 0, window).reshape((*shape, -1)) for x in operands]
   accumulated = inits
   for position in range(valid.shape[-1]):
     combined = ctx.backend.run_jaxpr(body, *accumulated, *[w[..., position] for w in windows])

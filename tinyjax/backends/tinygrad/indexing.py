@@ -100,7 +100,7 @@ def _targets(device, indices, index_dtype, shape, window, index_map, index_batch
   and `inside` (batch...): whether every start of the slice was in range.
   """
   n_batch = indices.ndim - 1
-  indices = indices.permute(*index_batching, *[d for d in range(n_batch) if d not in index_batching], n_batch)
+  indices = indices.permute((*index_batching, *[d for d in range(n_batch) if d not in index_batching], n_batch))
   indexed = sorted(index_map)
   flat = Tensor.zeros(*indices.shape[:-1], *[window[d] for d in indexed], dtype=dtypes.int32, device=device)
   inside = Tensor.full(indices.shape[:-1], True, device=device)
@@ -111,14 +111,14 @@ def _targets(device, indices, index_dtype, shape, window, index_map, index_batch
     offsets = arange(window[d]).reshape(
       [window[d] if a == axis else 1 for a in range(len(indexed))])
     stride = math.prod(shape[e] for e in indexed[axis + 1:])
-    flat = flat + (start.reshape(*start.shape, *[1] * len(indexed)) + offsets) * stride
+    flat = flat + (start.reshape((*start.shape, *[1] * len(indexed))) + offsets) * stride
   return flat, inside
 
 
 def _one_hot(flat, size: int, trailing: int):
   """flat[..., None] == arange(size), with `trailing` unit axes after the new one."""
   positions = arange(size).reshape(size, *[1] * trailing)
-  return flat.reshape(*flat.shape, 1, *[1] * trailing) == positions
+  return flat.reshape((*flat.shape, 1, *[1] * trailing)) == positions
 
 
 def _batch_order(n_batch: int, index_batching) -> list:
@@ -151,12 +151,12 @@ def _gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill
                           dnums.start_indices_batching_dims)
   n_indexed = math.prod(operand.shape[d] for d in indexed)
   source = operand.shrink(tuple((0, slice_sizes[d]) if d in others else None for d in range(operand.ndim)))
-  source = source.permute(*batching, *indexed, *others).reshape(
+  source = source.permute((*batching, *indexed, *others)).reshape(
     *[operand.shape[d] for d in batching], *[1] * (flat.ndim - len(batching)), n_indexed,
     *[slice_sizes[d] for d in others])
   result = pick(_one_hot(flat, n_indexed, len(others)), source, flat.ndim, dtype)
   if GatherScatterMode.from_any(mode) == GatherScatterMode.FILL_OR_DROP:
-    inside = inside.reshape(*inside.shape, *[1] * (len(indexed) + len(others)))
+    inside = inside.reshape((*inside.shape, *[1] * (len(indexed) + len(others))))
     result = inside.where(result, _fill_value(dtype, fill_value))
   # result's axes: the index batch dims in _targets' order, then the window of the indexed and the other dims
   n_batch = indices.ndim - 1
@@ -214,9 +214,15 @@ def _combine_product(ctx, base, hits, updates, axis):
   return (base.cast(acc) * hits.where(updates.cast(acc), 1).prod(axis, dtype=acc)).cast(base.dtype)
 
 
-def _limit(keys, largest: bool) -> int:
-  """The largest or smallest key `keys`' dtype holds (for floats, beyond every key of a value but NaN's)."""
-  return keys.dtype.max if largest else keys.dtype.min
+def _limit(keys, largest: bool, floats: bool) -> int:
+  """A key beyond every key of a value: the largest or smallest `keys`' dtype holds; for floats one short of it
+  (still beyond infinity's key, and NaN's keys are the extremes themselves).
+
+  NB: not the int32 minimum for floats: Mesa's lavapipe (WEBGPU here) turned the int32 minimum of
+  `select(c, 0x3f800000, 0x80000000)` (the bits of 1.0 and -0.0) into 0: scatter-max of ones gave 0.0 where no
+  update landed on a negative operand."""
+  limit = keys.dtype.max if largest else keys.dtype.min
+  return limit - (1 if largest else -1) * floats
 
 
 def _combine_extreme(largest: bool):
@@ -227,7 +233,7 @@ def _combine_extreme(largest: bool):
     def key(x):
       return fm.nan_order_key(x, nan_largest=largest) if dtype.kind == "f" else order_key(x, dtype)
     keyed = key(updates)
-    chosen = hits.where(keyed, _limit(keyed, not largest))
+    chosen = hits.where(keyed, _limit(keyed, not largest, dtype.kind == "f"))
     if largest:
       return from_order_key(key(base).maximum(chosen.max(axis)), dtype)
     return from_order_key(key(base).minimum(chosen.min(axis)), dtype)
@@ -254,19 +260,19 @@ def _scatter_with(ctx, combine, operand, indices, updates, dnums, mode):
   batch_shape = [operand.shape[d] for d in batching]
   other_window = [window[d] for d in others]
   positions = math.prod(flat.shape[len(batching):])
-  updates = updates.permute(order).reshape(*batch_shape, positions, 1, *other_window)
+  updates = updates.permute(order).reshape((*batch_shape, positions, 1, *other_window))
   if GatherScatterMode.from_any(mode) != GatherScatterMode.CLIP:
-    flat = (inside.reshape(*inside.shape, *[1] * (flat.ndim - inside.ndim))).where(flat, -1)  # -1 hits nothing
+    flat = (inside.reshape((*inside.shape, *[1] * (flat.ndim - inside.ndim)))).where(flat, -1)  # -1 hits nothing
   n_indexed = math.prod(operand.shape[d] for d in indexed)
-  hits = _one_hot(flat.reshape(*batch_shape, positions), n_indexed, len(others))
+  hits = _one_hot(flat.reshape((*batch_shape, positions)), n_indexed, len(others))
   other_shape = [operand.shape[d] for d in others]
-  base = operand.permute(*batching, *indexed, *others).reshape(*batch_shape, n_indexed, *other_shape)
+  base = operand.permute((*batching, *indexed, *others)).reshape((*batch_shape, n_indexed, *other_shape))
   unchanged = (None,) * (len(batch_shape) + 1)
   result = combine(ctx, base.shrink(unchanged + tuple((0, w) for w in other_window)), hits, updates, len(batch_shape))
   if other_window != other_shape:  # the updates cover part of the other dims: the rest of the operand stays
     pads = unchanged + tuple((0, full - w) for full, w in zip(other_shape, other_window))
     result = Tensor.full(result.shape, True, buffer=False).pad(pads).where(result.pad(pads), base)
-  result = result.reshape(*batch_shape, *[operand.shape[d] for d in indexed], *other_shape)
+  result = result.reshape((*batch_shape, *[operand.shape[d] for d in indexed], *other_shape))
   return result.permute(np.argsort([*batching, *indexed, *others]).tolist())
 
 
@@ -360,9 +366,9 @@ def _walk(keys, values, select, key, value):
 def _spread(x, strides, offsets, shape):
   """A zero tensor of `shape` with x[i, ...] at (offsets + strides * i, ...)."""
   sizes = x.shape
-  x = x.reshape(*[n for size in sizes for n in (size, 1)]).pad(
+  x = x.reshape([n for size in sizes for n in (size, 1)]).pad(
     tuple(p for stride in strides for p in ((0, 0), (0, stride - 1))))
-  x = x.reshape(*[size * stride for size, stride in zip(sizes, strides)])
+  x = x.reshape([size * stride for size, stride in zip(sizes, strides)])
   return x.pad(tuple((o, max(0, full - o - size)) for o, full, size in zip(offsets, shape, x.shape))).shrink(
     tuple((0, full) for full in shape))
 

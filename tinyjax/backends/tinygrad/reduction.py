@@ -95,7 +95,7 @@ def _reduce(ctx, *operands_and_inits, computation, jaxpr, dimensions):
   kept = [d for d in range(operands[0].ndim) if d not in dimensions]
   kept_shape = tuple(operands[0].shape[d] for d in kept)
   size = math.prod(operands[0].shape[d] for d in dimensions)
-  rows = [x.permute(*dimensions, *kept).reshape(size, *kept_shape) for x in operands]
+  rows = [x.permute((*dimensions, *kept)).reshape(size, *kept_shape) for x in operands]
   width = 1 << max(size - 1, 0).bit_length()
   if width > size:
     edges = ((0, width - size),) + (None,) * len(kept)
