@@ -39,7 +39,7 @@ def _operator(name):
   symbol, refused = _REFUSED.get(name, (None, ()))
 
   def op(self, other):
-    if hasattr(other, "__jax_array__"):
+    if not isinstance(other, _OPERANDS) and hasattr(other, "__jax_array__"):  # NB: ours stay lazy
       other = other.__jax_array__()
     if isinstance(other, _OPERANDS):
       return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
