@@ -23,12 +23,16 @@ import numpy as np
 import optax
 from flax import linen as nn
 from tinygrad import Tensor, TinyJit
+from tinygrad.helpers import DEV
 
 import tinyjax
 import tinyjax.numpy as tnp
 
 ROWS: list[tuple[str, dict[str, float], list[str]]] = []  # (figure, {variant: seconds}, ratios against targets)
 TINYJAX = (("tinyjax.jit", "tinygrad"), ("tinyjax auto", "auto"))  # (variant, TINYJAX_BACKEND)
+# tinygrad written by hand runs on tinyjax's device, whatever tinygrad's default (CL where POCL is installed)
+if os.environ.get("TINYJAX_DEVICE"):
+  DEV.value = os.environ["TINYJAX_DEVICE"]
 
 
 @contextlib.contextmanager
@@ -89,8 +93,8 @@ class CNN(nn.Module):
 def tinygrad_cnn(params):
   """The same CNN written by hand in tinygrad (NCHW): (forward(x), its parameters as Tensors)."""
   p = params["params"]
-  w = {k: Tensor(np.asarray(v["kernel"])).realize() for k, v in p.items()}
-  b = {k: Tensor(np.asarray(v["bias"])).realize() for k, v in p.items()}
+  w = {k: Tensor(np.array(v["kernel"])).realize() for k, v in p.items()}
+  b = {k: Tensor(np.array(v["bias"])).realize() for k, v in p.items()}
   for k in ("Conv_0", "Conv_1"):
     w[k] = w[k].permute(3, 2, 0, 1).contiguous().realize()
 
@@ -209,7 +213,7 @@ class Block(nn.Module):
 
 def tinygrad_block(params):
   """The same block written by hand in tinygrad: (forward(weights, x), the weights as a tree of Tensors)."""
-  weights = jax.tree_util.tree_map(lambda a: Tensor(np.asarray(a)).realize(), params["params"])
+  weights = jax.tree_util.tree_map(lambda a: Tensor(np.array(a)).realize(), params["params"])
 
   def layer_norm(x, p):
     mean = x.mean(-1, keepdim=True)

@@ -25,13 +25,13 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
-from tinyjax.backends.tinygrad.kernel_opts import vectorizable_elementwise_kernels
+from tinyjax.backends.tinygrad.kernel_opts import amend_hand_coded_optimizations
 from tinyjax.backends.tinygrad.renderers import fix_wgsl
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
 fix_wgsl()
-vectorizable_elementwise_kernels()
+amend_hand_coded_optimizations()
 
 @dataclasses.dataclass(frozen=True)
 class Plan:

@@ -1,4 +1,5 @@
-"""How tinygrad's CPU device (C through clang) shapes long elementwise kernels.
+"""How tinyjax amends tinygrad's hand-coded kernel optimizations: long elementwise loops on the CPU device are left to
+clang's vectorizer, and no kernel's upcasts and unrolls copy its body beyond a budget.
 
 NB: tinygrad's hand-coded heuristic upcasts every elementwise kernel by 4 (one float4 load, then four scalar copies of
 the body). On the CPU device clang then cannot vectorize the loop: eager selu on 1e6 floats took 7.3 ms there,
@@ -7,13 +8,20 @@ SIMD code (the kernel runs ~4x faster). Only long loops are left to clang: a sho
 that tinygrad folds, and clang spent minutes on one short loop it had to analyse itself (a float exponent's chain of
 integer clamps over the loop index). Kernels with a reduction keep tinygrad's choice: their upcasts are register
 blocking that clang does not do by itself.
+
+NB: that register blocking (4x4 upcasts, a reduction of up to 32 unrolled whole) is made for a matmul's multiply-add.
+On a fused body of a few hundred ops (attention's masked softmax and its gradient) it made kernels of 19000 ops that
+took seconds each to lower and compile: a transformer block's first gradient took 79 s on the CPU device, 55 s within
+the budget, with the same run time after (benchmarks/run.py --only transformer). A kernel over the budget keeps
+tinygrad's choices with smaller amounts (4, then 2), or without them.
 """
 import math
 
-from tinygrad.codegen.opt import KernelOptError, OptOps, heuristic
+from tinygrad.codegen.opt import KernelOptError, Opt, OptOps, heuristic
 from tinygrad.uop.ops import AxisType
 
 LONG_LOOP = 1 << 16  # elements: below this the kernel takes microseconds either way
+EXPANDED_BODY = 1 << 14  # a kernel's AST nodes times the copies its upcasts and unrolls make of them
 
 
 def _long_elementwise_on_clang(kernel) -> bool:
@@ -21,23 +29,40 @@ def _long_elementwise_on_clang(kernel) -> bool:
           and math.prod(kernel.full_shape) >= LONG_LOOP)
 
 
-def _without_upcasts(hand_coded):
+def _replayed(kernel, opts, amount):
+  """The kernel with `opts` applied, each upcast or unroll by `amount(kernel, opt)` (None leaves it out)."""
+  shaped = kernel.copy()
+  for opt in opts:
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+      if (chosen := amount(shaped, opt)) is None:
+        continue
+      opt = Opt(opt.op, opt.axis, chosen)
+    try:
+      shaped.apply_opt(opt)
+    except KernelOptError:  # an opt whose axis only existed with a copy left out: the kernel goes without it
+      continue
+  return shaped
+
+
+def _within_budget(kernel, opt) -> int | None:
+  body, size = len(kernel.ast.toposort()), kernel.full_shape[kernel.real_axis(opt.op, opt.axis)]
+  fitting = [a for a in (opt.arg or size, 4, 2) if size % a == 0 and body * kernel.upcast_size() * a <= EXPANDED_BODY]
+  return fitting[0] if fitting else None
+
+
+def _amended(hand_coded):
   def optimize(kernel):
     tuned = hand_coded(kernel)
-    if not _long_elementwise_on_clang(kernel):
+    if _long_elementwise_on_clang(kernel):
+      return _replayed(kernel, tuned.applied_opts, lambda k, opt: None if opt.op is OptOps.UPCAST else opt.arg)
+    if (len(kernel.ast.toposort()) * tuned.upcast_size() <= EXPANDED_BODY
+            or any(opt.op is OptOps.TC for opt in tuned.applied_opts)):
       return tuned
-    loop = kernel.copy()
-    try:
-      for opt in tuned.applied_opts:
-        if opt.op is not OptOps.UPCAST:
-          loop.apply_opt(opt)
-    except KernelOptError:  # an opt whose axis only existed after an upcast: keep tinygrad's kernel
-      return tuned
-    return loop
-  optimize._tinyjax_vectorizable = True
+    return _replayed(kernel, tuned.applied_opts, _within_budget)
+  optimize.__wrapped__ = hand_coded
   return optimize
 
 
-def vectorizable_elementwise_kernels() -> None:
-  if not getattr(heuristic.hand_coded_optimizations, "_tinyjax_vectorizable", False):
-    heuristic.hand_coded_optimizations = _without_upcasts(heuristic.hand_coded_optimizations)
+def amend_hand_coded_optimizations() -> None:
+  if not hasattr(heuristic.hand_coded_optimizations, "__wrapped__"):
+    heuristic.hand_coded_optimizations = _amended(heuristic.hand_coded_optimizations)
