@@ -156,6 +156,22 @@ def test_long_scan():
   check_traced(lambda xs: lax.scan(cumulative, jnp.zeros(4, jnp.float32), xs, reverse=True), xs, rtol=1e-5, atol=1e-5)
 
 
+def test_a_scans_chunks_share_their_kernels(monkeypatch):
+  """A lazy scan's third chunk compiles no kernel of its own: the step number is a bound Variable, not a constant
+  baked into each chunk's kernels. (The first chunk's differ: its carry is still the initial constant.)"""
+  from tinygrad.codegen.opt import heuristic
+  compiled = []
+  optimize = heuristic.hand_coded_optimizations
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda kernel: compiled.append(kernel) or optimize(kernel))
+  counts = []
+  for chunks, size in ((2, 5), (3, 6)):  # NB: sizes no other test uses, so that every kernel is compiled here
+    compiled.clear()
+    xs = RNG.standard_normal((chunks * control_flow.SCAN_CHUNK, size)).astype(np.float32)
+    check_traced(lambda xs: lax.scan(cumulative, jnp.full(size, 0.5, jnp.float32), xs), xs, rtol=1e-5)
+    counts.append(len(compiled))
+  assert 0 < counts[1] <= counts[0], counts  # NB: not equal: the sizes differ, and tinygrad shapes kernels by size
+
+
 @pytest.mark.parametrize("length", [5, control_flow.SCAN_UNROLLED + 3])
 def test_scan_replayed_with_new_inputs(length):
   # the program (short scans: a TinyJit of the whole program) or the scan's own TinyJit is captured, then replayed

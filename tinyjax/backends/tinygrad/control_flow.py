@@ -186,8 +186,20 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
     # NB: TinyJit reuses its output buffers on every replay: the carry is copied out of them
     carry = _distinct_buffers(ctx.device, carry, taken=carry)
   for start in range(done, length, SCAN_CHUNK):  # realized every chunk, so the lazy graph stays bounded
-    carry = steps(min(SCAN_CHUNK, length - start), start, *consts, *carry, *xs, *ys)
+    count = min(SCAN_CHUNK, length - start)
+    carry = steps(count, _chunk_start(start, count, length), *consts, *carry, *xs, *ys)
   return [*carry, *ys]
+
+
+def _chunk_start(start: int, count: int, length: int):
+  """A full chunk's first step as a bound Variable, so that every full chunk runs the same kernels (compiled once,
+  where step numbers baked in made new kernels for each chunk).
+
+  NB: under a TinyJit's capture (a program's second run) a plain int: a replay binds only its inputs' variables. A
+  program run again therefore compiles its scan's chunks once more for the capture."""
+  if count < SCAN_CHUNK or _capturing():
+    return start
+  return Variable("scan_step", 0, length - SCAN_CHUNK).bind(start)
 
 
 @register("platform_index")
