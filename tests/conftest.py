@@ -36,8 +36,9 @@ DEVICE_LEG: dict[str, int] = {
 }
 
 
-# POCL compiles a kernel 2-3x slower than clang and lavapipe: on CL a parametrized test keeps one case in 2k
-LEG_THINNING = {"CL": 2}
+# NB: and thinner still on the two devices without a GPU, whose compilers (POCL's LLVM, lavapipe's) take 2-3x clang's
+# time per kernel: there a parametrized test keeps one case in 2k
+LEG_THINNING = {"CL": 2, "WEBGPU": 2}
 
 # The tests the device leg leaves out, and why: each is heavy, and what it adds on a device another leg test covers
 NOT_IN_LEG = {
@@ -47,6 +48,12 @@ NOT_IN_LEG = {
     "float64 on the device is tests/test_float64.py's and test_elementwise's x64 subprocess",
   "tests/test_models.py::test_example_runs[transformer_block.py]": "the example's layers are those of "
     "tests/test_native_models.py's transformer block, which the leg runs against JAX under TINYJAX_FALLBACK=error",
+  "tests/backends/test_control_flow.py::test_rnn_and_its_gradient[37]": "a long scan's TinyJit replay "
+    "(test_long_scan) and a scan's gradient (the 7-step case) at once; the leg runs both",
+  "tests/backends/test_special.py::test_polygamma": "polygamma's kernels are zeta's series (test_zeta) and "
+    "digamma's (test_elementwise); test_gradients takes polygamma(1, x) as digamma's derivative on the device",
+  "tests/backends/test_linalg.py::test_scipy_polar[4x4]": "QDWH is qr in a while loop (test_jnp_qr, "
+    "test_qr_in_jit_replays, test_control_flow's while loops) with dynamic_update_slice (test_indexing)",
 }
 
 

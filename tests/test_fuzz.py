@@ -36,7 +36,7 @@ import tinyjax.numpy as tnp
 from oracle import RTOL, assert_like_jax, check, native
 from xfail import param
 
-CI_EXAMPLES = 40
+CI_EXAMPLES = 25
 FUZZ_EXAMPLES = int(os.environ.get("TINYJAX_FUZZ_EXAMPLES", "0"))
 SETTINGS = settings(deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
