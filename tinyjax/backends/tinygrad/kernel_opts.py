@@ -44,10 +44,13 @@ def _replayed(kernel, opts, amount):
   return shaped
 
 
-def _within_budget(kernel, opt) -> int | None:
-  body, size = len(kernel.ast.toposort()), kernel.full_shape[kernel.real_axis(opt.op, opt.axis)]
-  fitting = [a for a in (opt.arg or size, 4, 2) if size % a == 0 and body * kernel.upcast_size() * a <= EXPANDED_BODY]
-  return fitting[0] if fitting else None
+def _within_budget(body: int):
+  """The amount of an upcast or unroll that keeps `body` AST nodes' copies within EXPANDED_BODY: tinygrad's, 4 or 2."""
+  def amount(kernel, opt) -> int | None:
+    size = kernel.full_shape[kernel.real_axis(opt.op, opt.axis)]
+    fitting = [a for a in (opt.arg or size, 4, 2) if size % a == 0 and body * kernel.upcast_size() * a <= EXPANDED_BODY]
+    return fitting[0] if fitting else None
+  return amount
 
 
 def _amended(hand_coded):
@@ -55,10 +58,10 @@ def _amended(hand_coded):
     tuned = hand_coded(kernel)
     if _long_elementwise_on_clang(kernel):
       return _replayed(kernel, tuned.applied_opts, lambda k, opt: None if opt.op is OptOps.UPCAST else opt.arg)
-    if (len(kernel.ast.toposort()) * tuned.upcast_size() <= EXPANDED_BODY
-            or any(opt.op is OptOps.TC for opt in tuned.applied_opts)):
+    body = len(kernel.ast.toposort())
+    if body * tuned.upcast_size() <= EXPANDED_BODY or any(opt.op is OptOps.TC for opt in tuned.applied_opts):
       return tuned
-    return _replayed(kernel, tuned.applied_opts, _within_budget)
+    return _replayed(kernel, tuned.applied_opts, _within_budget(body))
   optimize.__wrapped__ = hand_coded
   return optimize
 
