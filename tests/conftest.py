@@ -33,6 +33,7 @@ DEVICE_LEG: dict[str, int] = {
   "tests/test_float64.py": 1,
   "tests/test_models.py": 3,
   "tests/test_native_models.py": 1,
+  "tests/test_compositions.py": 2,
 }
 
 

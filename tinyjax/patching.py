@@ -104,8 +104,10 @@ class _Jitted:
   """What the patched `jax.jit` makes: JAX's jitted function, run as tinyjax.jit runs it while patched."""
 
   def __init__(self, jitted):
-    self._jitted = jitted
     functools.update_wrapper(self, jitted)
+    # NB: after update_wrapper, which copies the wrapped function's __dict__: `jax.jit(jax.grad(jax.jit(f)))`
+    # wraps a function that carries the inner _Jitted's attributes, whose `_jitted` would replace ours
+    self._jitted = jitted
 
   def __call__(self, *args, **kwargs):
     if not _for_tinyjax():

@@ -9,6 +9,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as jax_core  # NB: eval_context is not public
 
 from tinyjax.core import keys, tracing
 
@@ -88,14 +89,17 @@ class Array(jax.Array):
     """This Array as a concrete JAX array, made once: the value is immutable, so JAX's functions applied to it again
     (jax.numpy, jax.jit-compiled code) find it on JAX's device without another trip through the host."""
     if self._jax is None:
-      host = self._value.to_host()
-      if keys.is_key(self.dtype):
-        self._jax = keys.wrap(host, self.aval)
-      elif self.weak_type and self.ndim == 0:
-        self._jax = jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
-      else:
-        self._jax = jax.device_put(host)
+      with jax_core.eval_context():  # NB: JAX asks for it while tracing; made there, it would be that trace's tracer
+        self._jax = self._make_jax()
     return self._jax
+
+  def _make_jax(self):
+    host = self._value.to_host()
+    if keys.is_key(self.dtype):
+      return keys.wrap(host, self.aval)
+    if self.weak_type and self.ndim == 0:
+      return jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
+    return jax.device_put(host)
 
   # --- what is known without running anything
   @property
@@ -197,6 +201,14 @@ class Array(jax.Array):
     # NB: the rows come from the host value: on tinygrad, n lazy slices would compile n kernels (one per offset)
     host, aval = self._value.to_host(), self.aval.update(shape=self.shape[1:])
     return (Array(_host_value(aval, np.asarray(row))) for row in host)
+
+  # jax.Array's private methods that JAX's own code calls (jacfwd/jacrev, pmap): their arguments are static
+  def _split(self, indices, axis):
+    static = int(indices) if np.ndim(indices) == 0 else tuple(int(i) for i in np.ravel(indices))
+    return tracing.call(_apply_method, ("_split", self, static, axis), static_scalars=True)
+
+  def _multi_slice(self, start_indices, limit_indices, removed_dims):
+    return tracing.call(_apply_method, ("_multi_slice", self, start_indices, limit_indices, removed_dims))
 
   def __contains__(self, other):
     return tracing.call(_apply_method, ("__contains__", self, other))

@@ -1,7 +1,8 @@
 """Calls of JAX functions on tinyjax inputs: trace once on abstract values, append to the buffer, return lazy Arrays.
 
 `call(fn, args, kwargs)` is the single entry point every mirrored function goes through:
-- inputs given as JAX tracers mean we are inside a JAX transformation: defer to `fn` itself;
+- inside a JAX transformation (a trace is current, or an input is a tracer), defer to `fn` itself, so that the call
+  is staged in that trace exactly as JAX stages it (`jnp.zeros(3)` inside `jit` is part of the jitted program);
 - otherwise the call is traced with `jax.make_jaxpr` on the inputs' avals (cached by function, avals and static
   arguments) and its equations appended to the pending buffer;
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
@@ -20,6 +21,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
+from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
@@ -242,8 +244,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
                  for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
-  if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-    return _defer(fn, treedef, leaves)
+  if jax_core.trace_ctx.trace is not jax_core.eval_trace or any(isinstance(x, jax.core.Tracer) for x in leaves):
+    return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
   has_scalars = any(isinstance(x, Scalar) for x in leaves)
   # the call's identity apart from its arrays and scalars (e.g. which method `_apply_method` applies)
   signature = (fn, treedef, tuple(x for x in leaves if isinstance(x, str))) if has_scalars else None

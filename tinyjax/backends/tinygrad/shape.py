@@ -1,5 +1,5 @@
 """Shape primitives: broadcast_in_dim, reshape, transpose, squeeze, concatenate, pad, slice, rev, iota, split,
-stack, unstack, tile, copy. (jnp.expand_dims traces to broadcast_in_dim: there is no expand_dims primitive.)
+stack, unstack, tile, copy, empty2. (jnp.expand_dims traces to broadcast_in_dim: there is no expand_dims primitive.)
 
 All of them are movement ops on tinygrad's lazy Tensors, except concatenate and pad (selects between padded
 pieces), iota (an arange) and copy (a contiguous tensor).
@@ -111,6 +111,12 @@ def _iota(ctx, *dyn_shape, dtype, shape, dimension, sharding):
   # counting in int32 then casting gives XLA's values: small ints wrap, float16 rounds to nearest even
   count = Tensor.arange(shape[dimension], dtype=dtypes.int32).cast(tg_dtype(dtype))
   return count.reshape(_along(dimension, len(shape), shape[dimension], 1)).expand(shape)
+
+
+@register("empty2")
+def _empty2(ctx, *, dtype, memory_space):
+  # NB: an uninitialized scalar (scan's placeholder for a residual a branch does not compute); XLA makes it 0
+  return Tensor.zeros((), dtype=tg_dtype(dtype), device=ctx.device)
 
 
 @register("copy")
