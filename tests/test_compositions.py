@@ -35,7 +35,7 @@ LAYERS = ("jit", "grad", "vmap", "jacfwd", "jacrev", "checkpoint", "scan", "cond
 def _namespace(module) -> types.SimpleNamespace:
   """What a program is built from: the transformations, numpy and lax of `jax`, or of `tinyjax`."""
   return types.SimpleNamespace(jit=module.jit, grad=module.grad, vmap=module.vmap, jacfwd=module.jacfwd,
-                               jacrev=module.jacrev, checkpoint=module.checkpoint,
+                               jacrev=module.jacrev, checkpoint=module.checkpoint, device_put=module.device_put,
                                np=module.numpy, lax=module.lax)
 
 
@@ -124,10 +124,15 @@ REPORTED = {
   "quickstart_grad_jit_grad_jit_grad": lambda T: (
     T.grad(T.jit(T.grad(T.jit(T.grad(_sum_logistic(T)))))), (1.0,)),
   "quickstart_jit_jacfwd_jacrev": lambda T: (T.jit(T.jacfwd(T.jacrev(_sum_logistic(T)))), (np.arange(3.0, dtype=np.float32),)),
+  # JAX's testScatterGradSymbolicZeroUpdate: device_put of a tracer
+  "grad_of_device_put_then_scatter": lambda T: (
+    T.grad(lambda x: (T.device_put(x).at[np.diag_indices(4)].set(np.arange(4.0, dtype=np.float32)) * x).sum()),
+    (_RNN_W[0, :4, :4],)),
   "jit_grad_jit_of_jit": lambda T: (T.jit(T.grad(T.jit(_sum_logistic(T)))), (np.float32(0.5),)),
 }
 
 
+@pytest.mark.device  # NB: every case on every device leg (conftest's thinning keeps one in 2k of the others)
 @pytest.mark.parametrize("mode", ["explicit", "patch"])
 @pytest.mark.parametrize("name", sorted(REPORTED))
 def test_reported_programs(name, mode):
@@ -174,3 +179,34 @@ def test_patch_mode(seed):
     assert isinstance(out, tinyjax.Array), "the patched program did not run on tinyjax"
     return out
   _check(recipe, run)
+
+
+def test_an_output_that_is_an_input_is_that_array():
+  """As in JAX (its test_cond_vmap_forwarding_doesnt_promote): a value passed through unchanged keeps its identity."""
+  def f(x, y):
+    return jax.lax.cond(x < 3, lambda x, y: (x * 2, y), lambda x, y: (x * 3, y), x, y)
+  for T, make in ((tinyjax, tnp.array), (jax, lambda v: jnp.array(v))):  # jnp.array: read while patched
+    with tinyjax.patch() if T is jax else contextlib.nullcontext():
+      x, y = make(np.arange(3)), make(3.0)
+      x2, y2 = T.vmap(f, in_axes=(0, None), out_axes=(0, None))(x, y)
+      assert isinstance(y2, tinyjax.Array) and y2 is y and x2 is not x
+
+
+def test_a_vjp_function_has_jaxs_attributes():
+  """JAX's vjp function is a Partial whose `args_res` are the residuals (its test_scan_vjp_forwards_extensive_residuals)."""
+  def cumprod(x):
+    return jax.lax.scan(lambda s, x: (x * s, s), jnp.ones((2, 3), jnp.float32), x)
+  x = tnp.asarray(np.random.RandomState(0).randn(4, 2, 3).astype(np.float32))
+  _, vjp_fun = tinyjax.vjp(cumprod, x)
+  ext_res, = vjp_fun.args_res
+  assert ext_res is x
+
+
+def test_platform_dependent_takes_the_devices_branch():
+  x = np.arange(3, dtype=np.float32)
+  f = lambda x: jax.lax.platform_dependent(x, cpu=jnp.sin, default=jnp.cos)  # noqa: E731
+  with native():
+    actual = tinyjax.jit(f)(tnp.asarray(x))
+  # NB: the CPU device is JAX's platform "cpu"; CL and WEBGPU are none of JAX's platforms: the default branch
+  expected = jnp.sin(x) if os.environ["TINYJAX_DEVICE"] == "CPU" else jnp.cos(x)
+  assert_like_jax(actual, expected)

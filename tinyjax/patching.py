@@ -47,8 +47,10 @@ _undo: list[tuple[types.ModuleType, str, object]] = []  # (module, name, JAX's o
 
 
 def _for_tinyjax() -> bool:
-  """Whether a replacement should compute on tinyjax: the patch is on and its caller is not tinyjax itself."""
-  return _on and not sys._getframe(2).f_code.co_filename.startswith(_TINYJAX_DIR)
+  """Whether a replacement should compute on tinyjax: the patch is on, its caller is not tinyjax itself, and no JAX
+  trace is current (inside jit, grad, vmap, scan, ... JAX's own function is what JAX stages)."""
+  return (_on and not tracing.inside_transformation()
+          and not sys._getframe(2).f_code.co_filename.startswith(_TINYJAX_DIR))
 
 
 def _dispatching(original, replacement):

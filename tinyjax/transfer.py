@@ -6,7 +6,7 @@ from tinyjax.backends.base import Device
 from tinyjax.backends.selection import backend_for, current_backend
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import Value
-from tinyjax.core.tracing import _host_aval
+from tinyjax.core.tracing import _host_aval, inside_transformation
 
 
 def _is_array_like(x) -> bool:
@@ -16,8 +16,11 @@ def _is_array_like(x) -> bool:
 def device_put(x, device=None):
   """Put `x` (a pytree of arrays) on `device` (a tinyjax Device or a device string; the default device if None).
 
-  NB: computations still run on the backend in effect when they flush; the data is moved there if needed.
+  NB: computations still run on the backend in effect when they flush; the data is moved there if needed. Inside a
+  JAX transformation it is JAX's device_put (an identity there), with no device: tinyjax's are not JAX's.
   """
+  if inside_transformation():
+    return jax.device_put(x)
   if device is None:
     backend = current_backend()
   elif isinstance(device, Device):

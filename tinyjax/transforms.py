@@ -68,9 +68,18 @@ def _apply(fn, *args):
   return fn(*args)
 
 
-def _lazy_function(fn):
-  """A function returned by a JAX transformation (a pytree of residuals), called through the buffer."""
-  return lambda *args: tracing.call(_apply, (fn, *args))
+class _LazyFunction:
+  """A function returned by a JAX transformation (a pytree of residuals), called through the buffer; its attributes
+  are JAX's (`vjp_fun.args_res`: the residuals, tinyjax Arrays)."""
+
+  def __init__(self, fn):
+    self._fn = fn
+
+  def __call__(self, *args):
+    return tracing.call(_apply, (self._fn, *args))
+
+  def __getattr__(self, name):
+    return getattr(self._fn, name)
 
 
 def _vjp(fun, *primals, has_aux):
@@ -79,7 +88,7 @@ def _vjp(fun, *primals, has_aux):
 
 def vjp(fun, *primals, has_aux=False):
   out = tracing.call(_vjp, (fun, *primals), {"has_aux": has_aux})
-  return (out[0], _lazy_function(out[1]), *out[2:])
+  return (out[0], _LazyFunction(out[1]), *out[2:])
 
 
 def _linearize(fun, *primals):
@@ -88,7 +97,7 @@ def _linearize(fun, *primals):
 
 def linearize(fun, *primals):
   out, f_jvp = tracing.call(_linearize, (fun, *primals))
-  return out, _lazy_function(f_jvp)
+  return out, _LazyFunction(f_jvp)
 
 
 def _spec(x):

@@ -234,6 +234,11 @@ def _fits(value: int, ranges) -> bool:
 _SCALAR_TYPES = (int, float, complex)
 
 
+def inside_transformation() -> bool:
+  """Whether a JAX trace is current (jit, grad, vmap, scan, make_jaxpr, ...): what is called now is staged in it."""
+  return jax_core.trace_ctx.trace is not jax_core.eval_trace
+
+
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
@@ -244,7 +249,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
                  for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
-  if jax_core.trace_ctx.trace is not jax_core.eval_trace or any(isinstance(x, jax.core.Tracer) for x in leaves):
+  if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
   has_scalars = any(isinstance(x, Scalar) for x in leaves)
   # the call's identity apart from its arrays and scalars (e.g. which method `_apply_method` applies)
@@ -268,7 +273,9 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
     check_fallback(current_backend(), traced.program.eqns, source)
   inputs = [_input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
-  outs = [Array(v) for v in buffer.append(traced, inputs, source)]
+  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
+  forwarded = {id(leaves[i]._value): leaves[i] for i in dynamic if is_array(leaves[i])}
+  outs = [forwarded[id(v)] if id(v) in forwarded else Array(v) for v in buffer.append(traced, inputs, source)]
   for out in outs:
     if out._value.pending:
       buffer.track(out)

@@ -1,5 +1,5 @@
 """Control flow: cond, while, scan, custom_linear_solve, platform_index, and the structural identities
-stop_gradient and optimization_barrier.
+stop_gradient, optimization_barrier and device_put.
 
 NB: the call primitives (jit, custom_jvp_call, custom_vjp_call, remat, closed_call) have no rule here: the
 program builder inlines their jaxprs (tinyjax.core.program.CALL_PARAMS), recursively, so that each equation
@@ -202,11 +202,21 @@ def _chunk_start(start: int, count: int, length: int):
   return Variable("scan_step", 0, length - SCAN_CHUNK).bind(start)
 
 
+# JAX's name of the platform each tinygrad device is (the rest are none of JAX's platforms)
+_JAX_PLATFORMS = {"CPU": "cpu", "CUDA": "cuda", "NV": "cuda", "AMD": "rocm"}
+
+
 @register("platform_index")
 def _platform_index(ctx, *, platforms):
-  # tinygrad is none of the named platforms: the default branch (None) runs; without one, the CPU branch, whose
-  # results are XLA's on CPU (the results tinyjax matches)
-  choice = platforms.index(None) if None in platforms else next(i for i, p in enumerate(platforms) if "cpu" in p)
+  # the branch named for the device's platform, as XLA lowers it for its platform. NB: on a device that is none of
+  # JAX's platforms the default branch (None) runs, and without one the CPU branch, whose results are XLA's on CPU
+  # (the results tinyjax matches)
+  platform = _JAX_PLATFORMS.get(ctx.device.split(":")[0])
+  named = [i for i, p in enumerate(platforms) if p is not None and platform in p]
+  cpu = [i for i, p in enumerate(platforms) if p is not None and "cpu" in p]
+  choice = named[0] if named else platforms.index(None) if None in platforms else cpu[0] if cpu else None
+  if choice is None:  # as XLA's lowering for a platform no branch names (NB: raised when the value is computed)
+    raise NotImplementedError(f"translation rule for platform_index not found for platform {platform or 'cpu'}")
   return Tensor(choice, dtype=dtypes.int32, device=ctx.device)
 
 
@@ -227,3 +237,9 @@ def _stop_gradient(ctx, x):
 @register("optimization_barrier", keys=True)
 def _optimization_barrier(ctx, *operands):
   return list(operands)  # XLA's barrier orders scheduling; tinygrad's lazy graph has nothing to order
+
+
+@register("device_put", keys=True)
+def _device_put(ctx, *operands, devices, srcs, copy_semantics):
+  # NB: a transfer inside a traced program (jax.device_put of a tracer): the program runs on one device
+  return list(operands)

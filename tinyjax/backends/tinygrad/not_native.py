@@ -37,7 +37,7 @@ NOT_YET_NATIVE: dict[str, str] = {
            "(data-dependent); the qr primitive's pivoting, which jnp.linalg and jax.scipy.linalg.qr use, is native",
   # effects and state
   "after_all": _EFFECT, "create_token": _EFFECT, "get": _EFFECT, "swap": _EFFECT, "name": _EFFECT,
-  "device_put": "a transfer between devices: tinyjax moves data itself", "sharding_constraint": _COLLECTIVE,
+  "sharding_constraint": _COLLECTIVE,
   # random numbers other than threefry's bits
   "rng_bit_generator": "XLA's RngBitGenerator (keys of the rbg implementations): bits of XLA's own algorithm",
   "rng_uniform": "XLA's stateful generator: its values are unspecified, there is nothing to reproduce",
