@@ -19,6 +19,7 @@ import pytest
 import tinyjax
 from tinyjax import patching as patch_module
 from tinyjax.cli.main import app
+from oracle import assert_like_jax
 
 PROGRAMS = pathlib.Path(__file__).parent / "programs"
 NAMES = ("jitted_loop", "eager_numpy", "random_vmap_scan", "flax_optax_cnn")
@@ -152,6 +153,45 @@ def test_transformations_inside_trace_exactly_as_in_jax():
     assert str(jax.make_jaxpr(jax.grad(_traced))(x)) == expected
     got = jax.jit(jax.grad(_traced))(x)
   np.testing.assert_allclose(got, jax.grad(_traced)(x), rtol=1e-6)
+
+
+def _scoped(x, n=2):
+  with jax.named_scope("block"):
+    with jax.ensure_compile_time_eval():
+      c = jnp.sin(jnp.float32(1.0))  # computed while tracing, a constant of the jaxpr
+    return jax.named_call(lambda y: jnp.cos(y) * n, name="inner")(x) * c
+
+
+# what a patched jax.jit object is asked, as JAX's own is: (name, use of a jitted function `jit`)
+_JIT_SURFACE = {
+  "call": lambda jit: jit(_scoped)(np.arange(3.0, dtype=np.float32)),
+  "static_argnums": lambda jit: jit(_scoped, static_argnums=1)(np.arange(3.0, dtype=np.float32), 3),
+  "static_argnames": lambda jit: jit(_scoped, static_argnames="n")(np.arange(3.0, dtype=np.float32), n=3),
+  "donate_argnums": lambda jit: jit(lambda a: a + 1, donate_argnums=0)(jnp.arange(3.0)),
+  "lower": lambda jit: jit(_scoped).lower(np.arange(3.0, dtype=np.float32)).as_text(),
+  "trace": lambda jit: str(jit(_scoped).trace(np.arange(3.0, dtype=np.float32)).jaxpr),
+  "eval_shape": lambda jit: jit(_scoped).eval_shape(np.arange(3.0, dtype=np.float32)),
+  "name_and_wrapped": lambda jit: (jit(_scoped).__name__, jit(_scoped).__wrapped__ is _scoped),
+  "grad_of_jit": lambda jit: jax.grad(lambda x: jit(_scoped)(x).sum())(np.arange(3.0, dtype=np.float32)),
+  "lower_of_jit_grad_jit": lambda jit: jit(jax.grad(lambda x: jit(_scoped)(x).sum())).lower(
+    np.arange(3.0, dtype=np.float32)).as_text(),
+  "vmap_of_jit": lambda jit: jax.vmap(jit(_scoped))(np.ones((2, 3), np.float32)),
+  "same_array_twice": lambda jit: [jit(lambda a, b: a * b + 1)(y, y) for y in [jnp.arange(3.0)] * 3][-1],
+}
+
+
+@pytest.mark.parametrize("use", sorted(_JIT_SURFACE))
+def test_a_patched_jit_is_jaxs_jit(use):
+  """lower, trace, eval_shape, attributes, static and donated arguments, named_call / named_scope /
+  ensure_compile_time_eval inside, and the object inside other transformations: as JAX's."""
+  expected = _JIT_SURFACE[use](jax.jit)
+  with tinyjax.patch():
+    actual = _JIT_SURFACE[use](jax.jit)
+  if isinstance(expected, jax.Array):
+    assert isinstance(actual, tinyjax.Array)
+    assert_like_jax(actual, expected, rtol=1e-6)
+  else:
+    assert actual == expected
 
 
 def test_reductions_keep_jax_identity_of_their_monoid():

@@ -108,8 +108,10 @@ class _Jitted:
   def __init__(self, jitted):
     functools.update_wrapper(self, jitted)
     # NB: after update_wrapper, which copies the wrapped function's __dict__: `jax.jit(jax.grad(jax.jit(f)))`
-    # wraps a function that carries the inner _Jitted's attributes, whose `_jitted` would replace ours
+    # wraps a function that carries the inner _Jitted's attributes, whose `_jitted` would replace ours; and
+    # `__wrapped__` is the user's function, as on JAX's jitted function (update_wrapper sets JAX's object)
     self._jitted = jitted
+    self.__wrapped__ = getattr(jitted, "__wrapped__", jitted)
 
   def __call__(self, *args, **kwargs):
     if not _for_tinyjax():
