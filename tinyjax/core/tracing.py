@@ -224,10 +224,22 @@ def _log_miss(fn, key, avals, statics):
         file=sys.stderr)
 
 
-def _fits(value: int, ranges) -> bool:
-  """Whether a Python int can be a traced weak-typed input: it fits int32 and every integer array argument's dtype.
+def _integer_ranges(args: tuple, kwargs: dict) -> list:
+  """The ranges of the integer dtypes a call's Python ints meet: its array arguments' and the dtypes it names."""
+  dtypes = [a.dtype for a in args if isinstance(a, (Array, np.ndarray, np.generic, jax.Array))]
+  for named in (*(a for a in args if isinstance(a, (type, np.dtype, str))), kwargs.get("dtype")):
+    try:
+      dtypes.append(np.dtype(named))
+    except TypeError:  # no dtype (None, a string or class that names none)
+      pass
+  return [np.iinfo(d) for d in dtypes if np.issubdtype(d, np.integer)]
 
-  NB: otherwise it stays static, so that JAX sees its value and raises OverflowError as it does (uint8 + 300)."""
+
+def _fits(value: int, ranges) -> bool:
+  """Whether a Python int can be a traced weak-typed input: it fits int32 and every integer dtype of the call.
+
+  NB: otherwise it stays static, so that JAX sees its value: jnp.array(300, jnp.uint8) raises OverflowError, and
+  jnp.power(uint8 array, 300) is integer_pow with the exponent 300 (traced, 300 would wrap to uint8 first)."""
   return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
 
 
@@ -243,9 +255,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    int_ranges = [jax.numpy.iinfo(a.dtype) for a in args
-                  if isinstance(a, (Array, np.ndarray, np.generic, jax.Array)) and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)
-                  ] if any(type(a) is int for a in args) else []
+    int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
                  for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
