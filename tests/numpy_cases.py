@@ -232,7 +232,10 @@ ELEMENTWISE = [
   c("conjugate", C64), c("conjugate", F32_EDGE), c("angle", C64), c("angle", F32_EDGE, deg=True),
   c("iscomplex", C64), c("isreal", C64), c("sin", C64), c("exp", F64), c("add", I64, 1), c("multiply", BOOL, BOOL2),
   c("add", BOOL, BOOL2), c("maximum", BOOL, BOOL2), c("subtract", SCALAR, I32_SCALAR), c("power", I32_SMALL, 3),
-  c("power", F32_EDGE, 0.5), c("float_power", I32_SMALL, -1), c("true_divide", 1, I32_EDGE),
+  c("power", F32_EDGE, 0.5), c("power", F32_EDGE, 3), c("power", F32_EDGE, I32_SCALAR), c("pow", F32, np.int8(-2)),
+  # a concrete integer exponent is integer_pow in JAX's eager call, which refuses a negative one for integer bases
+  raises(TypeError, "power", I32_SMALL, -1), raises(TypeError, "pow", I32_SMALL, I32_SCALAR),
+  raises(TypeError, "power", I32_SMALL, np.array(-3, np.int8)), c("float_power", I32_SMALL, -1), c("true_divide", 1, I32_EDGE),
   c("packbits", BOOL), c("packbits", U8, axis=1, bitorder="little"), c("packbits", I32_SMALL, axis=0),
   c("unpackbits", U8), c("unpackbits", U8, axis=0, count=5), c("unpackbits", U8, axis=1, bitorder="little"),
 ]
@@ -534,6 +537,9 @@ OPERATORS = [
   Case("operator", (I32_EDGE,), call=lambda np, x: np.asarray(x) // 0, label="i32 // 0"),
   Case("operator", (I32_EDGE,), call=lambda np, x: np.asarray(x) % -1, label="i32 % -1"),
   Case("operator", (I32_EDGE,), call=lambda np, x: np.asarray(x) ** 2, label="i32 ** 2"),
+  Case("operator", (I32_EDGE, I32_SCALAR), call=lambda np, x, y: np.asarray(x) ** y, label="i32 ** i32_scalar",
+       raises=TypeError),
+  Case("operator", (F32_EDGE,), call=lambda np, x: np.asarray(x) ** np.int32(3), label="f32 ** int32(3)"),
   Case("operator", (F32_EDGE,), call=lambda np, x: 1 / np.asarray(x), label="1 / f32"),
   Case("operator", (F32_EDGE,), call=lambda np, x: np.asarray(x) ** -0.5, label="f32 ** -0.5"),
   Case("operator", (SCALAR,), call=lambda np, x: np.asarray(x) * 2, label="scalar f32 * 2"),

@@ -31,9 +31,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("mul(convert(bool), x)", None): "XLA's algebraic simplifier turns a multiplication by a converted bool (not "
     "broadcast in between) into select(bool, x, 0): False * inf, False * NaN and False * -2.5 are +0.0 in JAX, while "
     "tinygrad multiplies as IEEE does (NaN, NaN, -0.0); so is a bool divided by a constant (False / 0.0 is 0.0)",
-  ("jnp.power(int, negative concrete int)", None): "tinyjax traces each call on abstract values (Python scalars as "
-    "inputs too), so JAX's check of a concrete integer exponent (jnp.power(int array, -1), or a 0-d array of -3, "
-    "raises TypeError) never runs: tinyjax computes the power as jax.jit does (x ** -1 keeps its exponent static)",
   ("arithmetic on a folded zero", None): "tinygrad folds a value it can compute at compile time (x > x, a sum over "
     "nothing) to a constant, then x + 0.0 -> x, x * 0.0 -> 0.0 and 0.0 / x -> 0.0: 0.0 - 0 is -0.0, 0.0 * NaN and "
     "0.0 / 0 are 0.0 (IEEE: +0.0, NaN, NaN); the rules guard only the zeros that are constants when they are built",

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import itertools
+import operator
 import os
 import sys
 import weakref
@@ -232,7 +233,7 @@ def _integer_ranges(args: tuple, kwargs: dict) -> list:
       dtypes.append(np.dtype(named))
     except TypeError:  # no dtype (None, a string or class that names none)
       pass
-  return [np.iinfo(d) for d in dtypes if np.issubdtype(d, np.integer)]
+  return [jax.numpy.iinfo(d) for d in dtypes if jax.numpy.issubdtype(d, jax.numpy.integer)]  # NB: key<fry>, int4
 
 
 def _fits(value: int, ranges) -> bool:
@@ -241,6 +242,19 @@ def _fits(value: int, ranges) -> bool:
   NB: otherwise it stays static, so that JAX sees its value: jnp.array(300, jnp.uint8) raises OverflowError, and
   jnp.power(uint8 array, 300) is integer_pow with the exponent 300 (traced, 300 would wrap to uint8 first)."""
   return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
+
+
+def concrete_integer(x):
+  """`x` as a Python int where JAX reads a concrete integer scalar (a Python int or bool, a NumPy integer scalar, a
+  0-d integer array: `operator.index` takes it), else `x` itself.
+
+  NB: a 0-d tinyjax Array is read (what is pending flushed), as JAX reads a concrete jax.Array's value."""
+  if isinstance(x, jax.core.Tracer):
+    return x
+  try:
+    return operator.index(x)
+  except TypeError:
+    return x
 
 
 _SCALAR_TYPES = (int, float, complex)
