@@ -483,8 +483,18 @@ ARRAY_HELPERS = [
   c("apply_over_axes", jax.numpy.sum, F32_3D, [0, 2]),
   Case("vectorize", (F32, VEC), call=lambda np, x, y: np.vectorize(jax.numpy.add)(x, y),
        label="vectorize(add)(f32,vec)"),
+  Case("vectorize", (F32, VEC), call=lambda np, x, y: np.vectorize(jax.numpy.dot, signature="(n),(n)->()")(x, y),
+       label="vectorize(dot,signature)(f32,vec)"),
+  Case("vectorize", (I32_SMALL,), call=lambda np, x: np.vectorize(jax.numpy.roll, excluded={1})(x, 1),
+       label="vectorize(roll,excluded={1})(i32_small,1)"),
   Case("frompyfunc", (F32, VEC), call=lambda np, x, y: np.frompyfunc(jax.numpy.maximum, 2, 1)(x, y),
        label="frompyfunc(maximum,2,1)(f32,vec)"),
+  Case("frompyfunc", (F32_NAN,), call=lambda np, x: np.frompyfunc(jax.numpy.add, 2, 1, identity=0).reduce(x, axis=1),
+       label="frompyfunc(add,2,1,identity=0).reduce(f32_nan,axis=1)"),
+  Case("frompyfunc", (VEC, VEC3), call=lambda np, x, y: np.frompyfunc(jax.numpy.multiply, 2, 1).outer(x, y),
+       label="frompyfunc(multiply,2,1).outer(vec,vec3)"),
+  Case("frompyfunc", (I32_SMALL,), call=lambda np, x: np.frompyfunc(jax.numpy.maximum, 2, 1).accumulate(x),
+       label="frompyfunc(maximum,2,1).accumulate(i32_small)"),
 ]
 
 LINALG = [

@@ -79,8 +79,8 @@ PASSTHROUGH = {
   "numpy": frozenset({
     "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "isdtype", "can_cast", "iscomplexobj",
     "isrealobj", "isscalar", "iterable", "load", "save", "savez", "get_printoptions", "printoptions",
-    "set_printoptions", "array_repr", "array_str", "broadcast_shapes", "dtype", "finfo", "iinfo", "frompyfunc",
-    "vectorize", "s_", "index_exp", "ndarray", "einsum_path"}),
+    "set_printoptions", "array_repr", "array_str", "broadcast_shapes", "dtype", "finfo", "iinfo", "s_", "index_exp",
+    "ndarray", "einsum_path"}),
   "random": frozenset({"key_impl", "default_prng_impl"}),
   "nn.initializers": frozenset({"Initializer"}),
 }
@@ -90,8 +90,11 @@ DUNDERS = ("__array_api_version__", "__array_namespace_info__", "__version_info_
 
 
 def _factories(jax_module) -> frozenset:
-  """In jax.nn.initializers, the functions that make an initializer (`normal(0.1)`), not ones that are one
-  (`zeros(key, shape)`): what they make is wrapped, so initializing computes on the tinyjax backend."""
+  """The functions that make a computing function: `jnp.vectorize(f)`, `jnp.frompyfunc(f, 2, 1)` (a ufunc), and in
+  jax.nn.initializers those that make an initializer (`normal(0.1)`), not ones that are one (`zeros(key, shape)`):
+  what they make is mirrored too, so it computes on the tinyjax backend."""
+  if jax_module.__name__ == "jax.numpy":
+    return frozenset({"vectorize", "frompyfunc"})
   if jax_module.__name__ != "jax.nn.initializers":
     return frozenset()
   return frozenset(name for name in dir(jax_module) if inspect.isfunction(fn := getattr(jax_module, name))
