@@ -437,7 +437,7 @@ CREATION = [
   c("frombuffer", b"\x01\x02\x03\x04", dtype=np.uint8, count=2, offset=1),
   c("fromstring", "1 2 3.5", sep=" "), c("fromstring", "1,2", dtype=np.int32, sep=","),
   c("fromfunction", jax.numpy.add, (2, 3)), c("fromfunction", jax.numpy.multiply, (3, 2), dtype=np.int32),
-  c("from_dlpack", F32), raises(NotImplementedError, "fromfile", "data.bin"),
+  c("from_dlpack", F32), c("from_dlpack", U8, copy=True), c("from_dlpack", F64), c("from_dlpack", I64), raises(NotImplementedError, "fromfile", "data.bin"),
   raises(NotImplementedError, "fromiter", [1, 2, 3], np.float32),
   c("tri", 3), c("tri", 3, 4, k=1), c("tri", 2, dtype=np.int32), c("eye", 3), c("eye", 2, 4, k=1, dtype=np.int32),
   c("eye", 3, k=-5), c("identity", 3), c("identity", 2, dtype=bool),

@@ -14,8 +14,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
     "instead of NaN",
   ("jnp.pad(f32,2,mode='linear_ramp')", None): "tinygrad rule add differs: tinygrad's symbolic simplifier folds "
     "x + 0.0 to x when the zero is a constant, so -0.0 + 0.0 stays -0.0 (IEEE and XLA: +0.0)",
-  ("jnp.from_dlpack", None): "tinyjax traces the argument as an abstract array, which has no __dlpack__: "
-    "from_dlpack needs the concrete producer (an override in tinyjax.numpy)",
   ("cumprod(reverse, inf meets 0)", "float32"): "XLA multiplies each suffix from its first element; tinygrad scans the "
     "flipped axis, so an overflowed inf can meet a 0 (NaN) where XLA's 0 comes first",
   ("denormals", "float32"): "XLA's CPU backend flushes denormal inputs and results to zero; tinygrad keeps them",

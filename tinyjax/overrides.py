@@ -4,6 +4,7 @@ JAX function; patch mode uses them too).
 
 - `jnp.power` / `jnp.pow`: JAX's eager call computes a concrete integer exponent as `integer_pow` (repeated
   multiplication; an integer base with a negative exponent raises TypeError) and any other one as `pow`.
+- `jnp.from_dlpack`: reads its producer's data through `__dlpack__` (an abstract value has none): it runs eagerly.
 """
 import functools
 
@@ -28,5 +29,10 @@ def _power(jax_power):
   return power
 
 
+@functools.wraps(jnp.from_dlpack)
+def from_dlpack(x, /, *, device=None, copy=None):
+  return tracing.eager(jnp.from_dlpack, (x,), {"device": device, "copy": copy})
+
+
 # by JAX module (as tinyjax.identity names them), then name
-OVERRIDES = {"numpy": {"power": _power(jnp.power), "pow": _power(jnp.pow)}}
+OVERRIDES = {"numpy": {"power": _power(jnp.power), "pow": _power(jnp.pow), "from_dlpack": from_dlpack}}

@@ -318,6 +318,13 @@ def _defer(fn, treedef, leaves):
   return fn(*args, **kwargs)
 
 
+def eager(fn: Callable, args: tuple, kwargs: dict | None = None):
+  """Apply the JAX function `fn` now, on concrete JAX values (what it reads is no abstract value: a DLPack
+  producer), its results made tinyjax Arrays."""
+  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs or {}), is_leaf=_is_leaf)
+  return _eager(fn, treedef, leaves)
+
+
 def _eager(fn, treedef, leaves):
   """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back."""
   record_eager(getattr(fn, "__name__", repr(fn)))
