@@ -1,0 +1,78 @@
+"""tinyjax's amendments to tinygrad 0.14: its simplifier and its WGSL renderer, as tinyjax's rules need them (FDIV on
+every renderer is floatmath.teach_division; the kernel heuristic's amendment is kernel_opts). `amend()` makes them
+once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py checks each.
+
+NB: tinygrad 0.14's simplifier folds x + 0 -> x and x * 0 -> 0 for every dtype, whenever one operand is the constant
+zero, also one it computed itself (`x > x` is False, a sum over nothing is 0, an upcast loop's first index is 0).
+For floats IEEE (and XLA) gives -0.0 + 0.0 = +0.0, NaN * 0 = inf * 0 = NaN and -x * 0 = -0.0: the two rules keep
+their folds for integers and bools only. (x + -0.0 is x exactly, left as an addition all the same.)
+
+NB: tinygrad 0.14's WGSL renderer keeps arrays of 8- and 16-bit integers and bools packed four (two) to a u32 word.
+A gated load of one with an alternative value (`where(gate, x[i], y)`, which tinygrad folds into the load) loaded the
+word with y as its alternative and then extracted the field from the result: where the gate was false, y itself was
+shifted and masked (a concatenation of bool arrays on WEBGPU came out wrong after its first piece). The fixed load
+extracts the field from the loaded word, then selects the alternative.
+
+NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN with the sign bit set, which XLA's
+total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
+literal is 0x7fc00000.
+"""
+from tinygrad.dtype import dtypes
+from tinygrad.renderer import wgsl
+from tinygrad.uop import symbolic
+from tinygrad.uop.ops import Ops, PatternMatcher, UPat
+
+# The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
+# NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
+# the globals it names, at the rule's first use; each is the new code of tinygrad's own function, which every
+# matcher built from symbolic_simple shares.
+_ADD_ZERO = lambda x: None if dtypes.is_float(x.dtype) else x  # noqa: E731
+_MUL_ZERO = lambda x: None if dtypes.is_float(x.dtype) else x.const_like(0)  # noqa: E731
+_ZERO_FOLDS = {frozenset({Ops.ADD, Ops.XOR, Ops.OR}): _ADD_ZERO, frozenset({Ops.MUL}): _MUL_ZERO}
+
+
+def zero_folds() -> list:
+  """tinygrad's rules `x <op> 0` (op ADD/XOR/OR, or MUL), as (pattern, function)."""
+  return [(p, fxn) for p, fxn in symbolic.symbolic_simple.patterns
+          if p.op is not None and frozenset(p.op) in _ZERO_FOLDS
+          and [(s.op, s.arg, s.name) for s in p.src[0]] == [(None, None, "x"), ((Ops.CONST,), 0, None)]]
+
+
+def _keep_float_zeros() -> None:
+  folds = zero_folds()
+  assert len(folds) == 2, f"tinygrad's x + 0 and x * 0 rules have changed: {folds}"
+  for pattern, fxn in folds:
+    fxn.__code__ = _ZERO_FOLDS[frozenset(pattern.op)].__code__
+
+
+def _packed_load_then_alternative(load):
+  if not wgsl.is_packed(load) or len(load.src) < 3:
+    return None
+  index, alternative, gate = load.src[:3]
+  word_load = load.replace(src=(index, alternative.const_like(0), gate))
+  return gate.where(wgsl.packed_load(word_load), alternative)
+
+
+def _with_positive_nan(render_kernel):
+  def render(self, *args, **kwargs):
+    return render_kernel(self, *args, **kwargs).replace("let bits = 0xffffffffu;", "let bits = 0x7fc00000u;")
+  return render
+
+
+def _fix_wgsl() -> None:
+  renderer = wgsl.WGSLRenderer
+  fix = PatternMatcher([(UPat(Ops.LOAD, name="load"), _packed_load_then_alternative)])
+  renderer.extra_matcher = fix + renderer.extra_matcher
+  renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
+
+
+_amended = False
+
+
+def amend() -> None:
+  """Make tinyjax's amendments to tinygrad (once per process)."""
+  global _amended
+  if not _amended:
+    _keep_float_zeros()
+    _fix_wgsl()
+    _amended = True
