@@ -4,10 +4,11 @@ import importlib.metadata
 
 import numpy as np
 import pytest
+from jax import lax
 from tinygrad import dtypes
 from tinygrad.uop.ops import UOp
 
-from oracle import check
+from oracle import check, check_traced
 from tinyjax.backends.tinygrad import amendments
 
 
@@ -45,3 +46,11 @@ def test_a_loops_first_index():
   padded ramp's -0.0 + 0.0 is +0.0 (jnp.pad's linear_ramp)."""
   check(lambda np_, a: np_.geomspace(np_.asarray(a), 8.0, 3), np.array([2.0, 0.5, -1.0, 4.0], np.float32), rtol=1e-6)
   check(lambda np_, a: np_.pad(np_.asarray(a), 2, mode="linear_ramp"), np.array([[-2.5, -0.0], [0.0, 1.0]], np.float32))
+
+
+def test_float_sums_and_products_keep_their_order():
+  """x + (y + z) is not (x + y) + z in floats: 1e8 + (-1e8 + 1) is 0.0 and x ** 5 is x * (x2 * x2), as XLA rounds."""
+  big = np.array([1e8, -1e8, 1.0, 3.0], np.float32)
+  spread = np.random.default_rng(0).uniform(-10, 10, 64).astype(np.float32)
+  check_traced(lambda b, x: [lax.add(b[:1], lax.add(b[1:2], b[2:3])), lax.mul(b[3:], lax.mul(b[:1], b[1:2])),
+                             lax.integer_pow(x, 5), lax.integer_pow(x, 13), lax.integer_pow(x, -7)], big, spread)

@@ -1,11 +1,16 @@
-"""tinyjax's amendments to tinygrad 0.14: its simplifier and its WGSL renderer, as tinyjax's rules need them (FDIV on
-every renderer is floatmath.teach_division; the kernel heuristic's amendment is kernel_opts). `amend()` makes them
-once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py checks each.
+"""tinyjax's amendments to tinygrad 0.14: its simplifier, its C-style renderers and its WGSL renderer, as tinyjax's
+rules need them (FDIV on every renderer is floatmath.teach_division; the kernel heuristic's amendment is kernel_opts).
+`amend()` makes them once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py checks each.
 
 NB: tinygrad 0.14's simplifier folds x + 0 -> x and x * 0 -> 0 for every dtype, whenever one operand is the constant
 zero, also one it computed itself (`x > x` is False, a sum over nothing is 0, an upcast loop's first index is 0).
 For floats IEEE (and XLA) gives -0.0 + 0.0 = +0.0, NaN * 0 = inf * 0 = NaN and -x * 0 = -0.0: the two rules keep
 their folds for integers and bools only. (x + -0.0 is x exactly, left as an addition all the same.)
+
+NB: tinygrad 0.14's C-style renderers (clang, OpenCL, Metal, CUDA, WGSL) drop the parentheses of an operand of
++ or * that is itself a + or *, the right one too: x * (y * z) became `x*y*z`, which C and WGSL compute as
+(x * y) * z. Integer + and * wrap the same in any order; float ones round differently (x ** 5 is x * (x2 * x2), as
+XLA multiplies it, not (x * x2) * x2). For floats only the left operand's parentheses go.
 
 NB: tinygrad 0.14's WGSL renderer keeps arrays of 8- and 16-bit integers and bools packed four (two) to a u32 word.
 A gated load of one with an alternative value (`where(gate, x[i], y)`, which tinygrad folds into the load) loaded the
@@ -18,7 +23,8 @@ total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and si
 literal is 0x7fc00000.
 """
 from tinygrad.dtype import dtypes
-from tinygrad.renderer import wgsl
+from tinygrad.helpers import strip_parens
+from tinygrad.renderer import cstyle, wgsl
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat
 
@@ -43,6 +49,30 @@ def _keep_float_zeros() -> None:
   assert len(folds) == 2, f"tinygrad's x + 0 and x * 0 rules have changed: {folds}"
   for pattern, fxn in folds:
     fxn.__code__ = _ZERO_FOLDS[frozenset(pattern.op)].__code__
+
+
+def c_style_renderers() -> list:
+  """tinygrad's C-style renderer classes (OpenCL C, WGSL, Metal, CUDA, HIP, clang), each subclass of CStyleLanguage."""
+  renderers, pending = [], [cstyle.CStyleLanguage]
+  while pending:
+    renderers.append(pending.pop())
+    pending.extend(renderers[-1].__subclasses__())
+  return renderers
+
+
+def _float_chain(ctx, x):
+  """A float x + y or x * y as C-style code that keeps its order: only the left operand's parentheses dropped."""
+  if not dtypes.is_float(x.dtype):
+    return None  # tinygrad's own rendering
+  left, right = x.src
+  return ctx.code_for_op[x.op](strip_parens(ctx[left]) if left.op is x.op else ctx[left], ctx[right], x.dtype)
+
+
+def _keep_float_order() -> None:
+  order = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), _float_chain)])
+  for renderer in c_style_renderers():
+    if "string_rewrite" in vars(renderer):  # the others inherit an amended one
+      renderer.string_rewrite = order + renderer.string_rewrite
 
 
 def _packed_load_then_alternative(load):
@@ -74,5 +104,6 @@ def amend() -> None:
   global _amended
   if not _amended:
     _keep_float_zeros()
+    _keep_float_order()
     _fix_wgsl()
     _amended = True

@@ -15,6 +15,8 @@ import operator
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops, python_alu
 
+from tinyjax.backends.tinygrad.amendments import c_style_renderers
+
 F32, F64 = dtypes.float32, dtypes.float64
 UINT = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 SINT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
@@ -148,15 +150,12 @@ def teach_division():
   that knows FDIV also turns tinygrad's own reciprocals into divisions (decomp/op.py), as clang's already does.
   """
   from tinygrad.helpers import PARALLEL
-  from tinygrad.renderer import cstyle, ptx, wgsl  # noqa: F401  (defines the C-style renderer classes)
+  from tinygrad.renderer import ptx
   # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
   # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
   PARALLEL.value = 0
   python_alu.setdefault(Ops.FDIV, _fold_division)
-  pending = [cstyle.CStyleLanguage]
-  while pending:
-    renderer = pending.pop()
-    pending.extend(renderer.__subclasses__())
+  for renderer in c_style_renderers():
     if Ops.FDIV not in renderer.code_for_op:
       renderer.code_for_op = {**renderer.code_for_op, Ops.FDIV: _c_division}
   ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
