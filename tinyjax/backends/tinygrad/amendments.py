@@ -1,6 +1,7 @@
-"""tinyjax's amendments to tinygrad 0.14: its simplifier, its C-style renderers and its WGSL renderer, as tinyjax's
-rules need them (FDIV on every renderer is floatmath.teach_division; the kernel heuristic's amendment is kernel_opts).
-`amend()` makes them once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py checks each.
+"""tinyjax's amendments to tinygrad 0.14: IEEE division on every renderer, its simplifier, its C-style renderers and
+its WGSL renderer, as tinyjax's rules need them (the kernel heuristic's amendment is a policy of its own:
+kernel_opts). `amend()` makes them once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py and
+test_elementwise.py's test_every_renderer_divides check them.
 
 NB: tinygrad 0.14's simplifier folds x + 0 -> x and x * 0 -> 0 for every dtype, whenever one operand is the constant
 zero, also one it computed itself (`x > x` is False, a sum over nothing is 0, an upcast loop's first index is 0).
@@ -22,11 +23,13 @@ NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN wit
 total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
 literal is 0x7fc00000.
 """
+import math
+
 from tinygrad.dtype import dtypes
-from tinygrad.helpers import strip_parens
-from tinygrad.renderer import cstyle, wgsl
+from tinygrad.helpers import PARALLEL, strip_parens
+from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.uop import symbolic
-from tinygrad.uop.ops import Ops, PatternMatcher, UPat
+from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
 # The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
 # NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
@@ -58,6 +61,45 @@ def c_style_renderers() -> list:
     renderers.append(pending.pop())
     pending.extend(renderers[-1].__subclasses__())
   return renderers
+
+
+def _fold_division(x, y):
+  if y != 0:
+    return x / y
+  return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+def _c_division(a, b, dtype):
+  return f"({a}/{b})"
+
+
+def _ptx_division(d, a, b, dtype, name):
+  return f"div.rn.{name} {d}, {a}, {b};"
+
+
+def _half_division(a, b):
+  return a.cast(dtypes.float32).alu(Ops.FDIV, b.cast(dtypes.float32)).cast(dtypes.half)
+
+
+def _teach_division() -> None:
+  """Make Ops.FDIV an operation of every tinygrad renderer, and foldable on constants.
+
+  NB: tinygrad 0.14 has the FDIV op but only its clang, LLVM, NIR and x86 renderers emit it: OpenCL, WGSL, Metal, CUDA,
+  HIP and PTX failed with KeyError: Ops.FDIV, and its python_alu (constant folding, the PYTHON device) lacks it.
+  `a / b` is IEEE division in every C-style language (OpenCL C, WGSL, Metal, CUDA, HIP), PTX's is div.rn (which
+  divides float16 as float32). A renderer that knows FDIV also turns tinygrad's own reciprocals into divisions
+  (decomp/op.py), as clang's already does.
+  """
+  # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
+  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
+  PARALLEL.value = 0
+  python_alu.setdefault(Ops.FDIV, _fold_division)
+  for renderer in c_style_renderers():
+    if Ops.FDIV not in renderer.code_for_op:
+      renderer.code_for_op = {**renderer.code_for_op, Ops.FDIV: _c_division}
+  ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
+  half = PatternMatcher([(UPat(Ops.FDIV, dtype=dtypes.half, src=(UPat.var("a"), UPat.var("b"))), _half_division)])
+  ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
 
 
 def _float_chain(ctx, x):
@@ -103,6 +145,7 @@ def amend() -> None:
   """Make tinyjax's amendments to tinygrad (once per process)."""
   global _amended
   if not _amended:
+    _teach_division()
     _keep_float_zeros()
     _keep_float_order()
     _fix_wgsl()
