@@ -21,6 +21,7 @@ os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix
 # tests/test_devices.py is not here: its tests take every device as a parameter, and run in the CPU run.
 DEVICE_LEG: dict[str, int] = {
   "tests/backends/test_elementwise.py": 5,
+  "tests/backends/test_amendments.py": 1,
   "tests/backends/test_reduction.py": 5,
   "tests/backends/test_shape.py": 6,
   "tests/backends/test_contraction.py": 5,

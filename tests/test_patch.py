@@ -127,7 +127,8 @@ def test_patched_functions_compute_on_tinyjax_with_jax_results():
     put = jax.device_put(w, jax.devices()[0])
     index = jnp.r_[1:3, 7]
     total = jnp.add.reduce(jnp.arange(5.0))
-  for got in (loss, grad, eager_grad, normal, put, index, total):
+    made = jnp.frompyfunc(jnp.add, 2, 1, identity=0).outer(jnp.arange(2.0), jnp.arange(3.0))  # a made ufunc
+  for got in (loss, grad, eager_grad, normal, put, index, total, made):
     assert isinstance(got, tinyjax.Array)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
   np.testing.assert_allclose(grad, expected_grad, rtol=1e-6, atol=1e-7)
@@ -136,6 +137,7 @@ def test_patched_functions_compute_on_tinyjax_with_jax_results():
   np.testing.assert_array_equal(put, w)
   np.testing.assert_array_equal(index, [1, 2, 7])
   assert float(total) == 10.0
+  np.testing.assert_array_equal(made, np.add.outer(np.arange(2.0), np.arange(3.0)))
 
 
 def _traced(x):

@@ -15,7 +15,8 @@ Read this module to know what tinyjax pretends and how. Three parts:
 2. **Every public name of JAX.** `import tinyjax` offers each name `import jax` offers, and `tinyjax.X` each
    name of `jax.X` for every JAX module (`tinyjax.numpy.linalg`, `tinyjax.scipy.stats.norm`, `tinyjax.tree_util`,
    ...). `MODULES` says how each JAX module is mirrored: in the modules that compute (`COMPUTING`), functions are
-   lazy tinyjax functions (tinyjax.core.mirror) except the helpers in `PASSTHROUGH`; in every other module, and
+   lazy tinyjax functions (tinyjax.core.mirror) except the helpers in `PASSTHROUGH` and the functions that read an
+   argument's value (tinyjax.overrides: tinyjax's own versions); in every other module, and
    for every non-function, the name is JAX's own object. The modules are generated on first import by
    `MirrorFinder`, from this table alone; `tinyjax/__init__.py` adds tinyjax's own names (jit, grad, devices, ...)
    over JAX's. The deliberate differences are listed, with reasons, in tests/test_identity.py.
@@ -42,6 +43,7 @@ from jax._src.interpreters import pxla as jax_pxla
 
 from tinyjax.core.array import Array
 from tinyjax.core.mirror import mirror
+from tinyjax.overrides import OVERRIDES
 
 # --- 1. A tinyjax Array is a jax.Array
 
@@ -77,8 +79,8 @@ PASSTHROUGH = {
   "numpy": frozenset({
     "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "isdtype", "can_cast", "iscomplexobj",
     "isrealobj", "isscalar", "iterable", "load", "save", "savez", "get_printoptions", "printoptions",
-    "set_printoptions", "array_repr", "array_str", "broadcast_shapes", "dtype", "finfo", "iinfo", "frompyfunc",
-    "vectorize", "s_", "index_exp", "ndarray", "einsum_path"}),
+    "set_printoptions", "array_repr", "array_str", "broadcast_shapes", "dtype", "finfo", "iinfo", "s_", "index_exp",
+    "ndarray", "einsum_path"}),
   "random": frozenset({"key_impl", "default_prng_impl"}),
   "nn.initializers": frozenset({"Initializer"}),
 }
@@ -88,8 +90,11 @@ DUNDERS = ("__array_api_version__", "__array_namespace_info__", "__version_info_
 
 
 def _factories(jax_module) -> frozenset:
-  """In jax.nn.initializers, the functions that make an initializer (`normal(0.1)`), not ones that are one
-  (`zeros(key, shape)`): what they make is wrapped, so initializing computes on the tinyjax backend."""
+  """The functions that make a computing function: `jnp.vectorize(f)`, `jnp.frompyfunc(f, 2, 1)` (a ufunc), and in
+  jax.nn.initializers those that make an initializer (`normal(0.1)`), not ones that are one (`zeros(key, shape)`):
+  what they make is mirrored too, so it computes on the tinyjax backend."""
+  if jax_module.__name__ == "jax.numpy":
+    return frozenset({"vectorize", "frompyfunc"})
   if jax_module.__name__ != "jax.nn.initializers":
     return frozenset()
   return frozenset(name for name in dir(jax_module) if inspect.isfunction(fn := getattr(jax_module, name))
@@ -100,7 +105,8 @@ def module_policy(name: str) -> dict:
   """How the JAX module `jax.<name>` is mirrored as `tinyjax.<name>` (the arguments of core.mirror.mirror)."""
   jax_module = importlib.import_module(f"jax.{name}")
   return {"jax_module": jax_module, "computing": name.split(".")[0] in COMPUTING,
-          "passthrough": PASSTHROUGH.get(name, frozenset()), "factories": _factories(jax_module)}
+          "passthrough": PASSTHROUGH.get(name, frozenset()), "factories": _factories(jax_module),
+          "overrides": OVERRIDES.get(name, {})}
 
 
 def mirror_module(name: str, module) -> None:

@@ -93,12 +93,14 @@ class _IndexTrick:
 
 
 def _factory(original):
-  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`): what it makes while patched
-  dispatches (flax makes its default initializers when it is imported, and calls them later)."""
+  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`, `jnp.frompyfunc(f, 2, 1)`):
+  what it makes while patched dispatches (flax makes its default initializers when it is imported, and calls them
+  later)."""
   @functools.wraps(original)
   def patched(*args, **kwargs):
     made = original(*args, **kwargs)
-    return _dispatching(made, mirror.wrap(made)) if _for_tinyjax() and callable(made) else made
+    ours = mirror.mirrored(made) if _for_tinyjax() else made
+    return made if ours is made else _replacement(made, ours)
   return patched
 
 
@@ -189,12 +191,12 @@ def _computing_modules() -> list[str]:
   return names
 
 
-def _replacement(original, mirrored, name: str, policy: dict):
+def _replacement(original, mirrored, factory: bool = False):
   if isinstance(mirrored, mirror.Ufunc):
     return _Ufunc(original, mirrored)
   if isinstance(mirrored, mirror.IndexTrick):
     return _IndexTrick(original, mirrored)
-  if name in policy["factories"]:
+  if factory:
     return _factory(original)
   return _dispatching(original, mirrored)
 
@@ -216,7 +218,7 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
         continue
       if mirrored is original or isinstance(original, types.ModuleType) or attr in _KEPT.get(name, ()):
         continue  # JAX's own object in tinyjax too (dtypes, classes, helpers); submodules are planned by name
-      plan.append((jax_module, attr, _replacement(original, mirrored, attr, policy)))
+      plan.append((jax_module, attr, _replacement(original, mirrored, attr in policy["factories"])))
   for attr in _TRANSFORMS:
     plan.append((jax, attr, _transform(getattr(jax, attr))))
   from tinyjax import transforms

@@ -381,7 +381,7 @@ def test_every_renderer_divides():
   from tinygrad.renderer.isa import x86  # noqa: F401
   from tinygrad.uop.ops import Ops
 
-  import tinyjax.backends.tinygrad.floatmath  # noqa: F401  (teaches the renderers)
+  import tinyjax.backends.tinygrad  # noqa: F401  (its amendments teach the renderers)
   pending, renderers = [Renderer], []
   while pending:
     renderers.append(pending.pop())

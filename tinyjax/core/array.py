@@ -43,6 +43,8 @@ def _operator(name):
     if not isinstance(other, _OPERANDS) and hasattr(other, "__jax_array__"):  # NB: ours stay lazy
       other = other.__jax_array__()
     if isinstance(other, _OPERANDS):
+      if name == "pow":  # a concrete integer exponent (np.int8(-1), a 0-d array) is JAX's integer_pow too
+        other = tracing.concrete_integer(other)
       return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
     if type(other) in refused:  # NB: not isinstance, so that a NamedTuple may answer the operator itself, as in JAX
       first, second = (other, self) if name in _REFLECTED else (self, other)

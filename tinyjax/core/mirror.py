@@ -72,15 +72,16 @@ def _index_trick(trick, key):
 
 
 def _wrap_factory(factory):
-  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`): what it makes is lazy."""
+  """A function that makes a computing function (`jax.nn.initializers.normal(0.1)`, `jnp.frompyfunc(f, 2, 1)`):
+  what it makes is lazy."""
   @functools.wraps(factory)
   def wrapped(*args, **kwargs):
-    made = factory(*args, **kwargs)
-    return wrap(made) if callable(made) else made
+    return mirrored(factory(*args, **kwargs))
   return wrapped
 
 
-def _mirrored(obj):
+def mirrored(obj):
+  """`obj` of a computing JAX module as tinyjax has it: a lazy function, ufunc or index trick, or `obj` itself."""
   if isinstance(obj, jnp.ufunc):
     return Ufunc(obj)
   if type(obj).__name__ in ("CClass", "RClass", "_Mgrid", "_Ogrid"):
@@ -119,7 +120,7 @@ def mirror(namespace: dict, jax_module, passthrough=(), overrides=None, factorie
       elif name in factories:
         value = _wrap_factory(obj)
       else:
-        value = _mirrored(obj)
+        value = mirrored(obj)
     namespace[name] = value
     return value
 

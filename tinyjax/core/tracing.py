@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import itertools
+import operator
 import os
 import sys
 import weakref
@@ -224,11 +225,36 @@ def _log_miss(fn, key, avals, statics):
         file=sys.stderr)
 
 
-def _fits(value: int, ranges) -> bool:
-  """Whether a Python int can be a traced weak-typed input: it fits int32 and every integer array argument's dtype.
+def _integer_ranges(args: tuple, kwargs: dict) -> list:
+  """The ranges of the integer dtypes a call's Python ints meet: its array arguments' and the dtypes it names."""
+  dtypes = [a.dtype for a in args if isinstance(a, (Array, np.ndarray, np.generic, jax.Array))]
+  for named in (*(a for a in args if isinstance(a, (type, np.dtype, str))), kwargs.get("dtype")):
+    try:
+      dtypes.append(np.dtype(named))
+    except TypeError:  # no dtype (None, a string or class that names none)
+      pass
+  return [jax.numpy.iinfo(d) for d in dtypes if jax.numpy.issubdtype(d, jax.numpy.integer)]  # NB: key<fry>, int4
 
-  NB: otherwise it stays static, so that JAX sees its value and raises OverflowError as it does (uint8 + 300)."""
+
+def _fits(value: int, ranges) -> bool:
+  """Whether a Python int can be a traced weak-typed input: it fits int32 and every integer dtype of the call.
+
+  NB: otherwise it stays static, so that JAX sees its value: jnp.array(300, jnp.uint8) raises OverflowError, and
+  jnp.power(uint8 array, 300) is integer_pow with the exponent 300 (traced, 300 would wrap to uint8 first)."""
   return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
+
+
+def concrete_integer(x):
+  """`x` as a Python int where JAX reads a concrete integer scalar (a Python int or bool, a NumPy integer scalar, a
+  0-d integer array: `operator.index` takes it), else `x` itself.
+
+  NB: a 0-d tinyjax Array is read (what is pending flushed), as JAX reads a concrete jax.Array's value."""
+  if isinstance(x, jax.core.Tracer):
+    return x
+  try:
+    return operator.index(x)
+  except TypeError:
+    return x
 
 
 _SCALAR_TYPES = (int, float, complex)
@@ -243,9 +269,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    int_ranges = [jax.numpy.iinfo(a.dtype) for a in args
-                  if isinstance(a, (Array, np.ndarray, np.generic, jax.Array)) and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)
-                  ] if any(type(a) is int for a in args) else []
+    int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
                  for a in args)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
@@ -292,6 +316,13 @@ def to_jax(x):
 def _defer(fn, treedef, leaves):
   args, kwargs = jax.tree_util.tree_unflatten(treedef, [to_jax(x) for x in leaves])
   return fn(*args, **kwargs)
+
+
+def eager(fn: Callable, args: tuple, kwargs: dict | None = None):
+  """Apply the JAX function `fn` now, on concrete JAX values (what it reads is no abstract value: a DLPack
+  producer), its results made tinyjax Arrays."""
+  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs or {}), is_leaf=_is_leaf)
+  return _eager(fn, treedef, leaves)
 
 
 def _eager(fn, treedef, leaves):

@@ -26,11 +26,11 @@ from jax.extend.core import ClosedJaxpr
 from tinyjax.core import keys
 from tinyjax.core.program import interpret, program_of, read_outputs
 from tinyjax.backends.tinygrad.kernel_opts import amend_hand_coded_optimizations
-from tinyjax.backends.tinygrad.renderers import fix_wgsl
+from tinyjax.backends.tinygrad.amendments import amend
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
-fix_wgsl()
+amend()  # before any kernel: tinygrad compiles its rules at their first use
 amend_hand_coded_optimizations()
 
 @dataclasses.dataclass(frozen=True)

@@ -7,13 +7,13 @@ Each function takes and returns Tensors of one float dtype. Two kinds:
 - functions XLA expands into a formula in the operand's dtype (exp2, logistic, sinh, cosh, erf, erfc, erf_inv,
   lgamma, digamma) replay that formula with the same roundings, so they share XLA's errors.
 `# NB:` marks where tinygrad's own function, or its optimizer's rewriting of float expressions, differs from XLA.
-Division is Ops.FDIV, which `teach_division` makes an operation of every tinygrad renderer.
+Division is Ops.FDIV, which tinyjax makes an operation of every tinygrad renderer (amendments.py).
 """
 import math
 import operator
 
 from tinygrad import Tensor, dtypes
-from tinygrad.uop.ops import Ops, python_alu
+from tinygrad.uop.ops import Ops
 
 F32, F64 = dtypes.float32, dtypes.float64
 UINT = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -116,59 +116,13 @@ def extreme(x, axes, largest: bool):
 
 
 def div(x, y):
-  """x / y, one IEEE division (Ops.FDIV, which every renderer is taught below).
+  """x / y, one IEEE division (Ops.FDIV, which every renderer is taught: amendments.py).
 
   NB: tinygrad's `/` is x * (1 / y), which its optimizer rewrites further: x / x -> 1, x / (1 + x) -> 1 - 1 / (1 + x).
   """
   x = x if isinstance(x, Tensor) else y.const_like(x)
   x, y = x._broadcasted(y)
   return x.alu(Ops.FDIV, y)
-
-
-def _fold_division(x, y):
-  if y != 0:
-    return x / y
-  return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
-
-
-def _c_division(a, b, dtype):
-  return f"({a}/{b})"
-
-
-def _ptx_division(d, a, b, dtype, name):
-  return f"div.rn.{name} {d}, {a}, {b};"
-
-
-def teach_division():
-  """Make Ops.FDIV an operation of every tinygrad renderer, and foldable on constants.
-
-  NB: tinygrad 0.14 has the FDIV op but only its clang, LLVM, NIR and x86 renderers emit it: OpenCL, WGSL, Metal, CUDA,
-  HIP and PTX failed with KeyError: Ops.FDIV, and its python_alu (constant folding, the PYTHON device) lacks it.
-  `a / b` is IEEE division in every C-style language (OpenCL C, WGSL, Metal, CUDA, HIP), PTX's is div.rn. A renderer
-  that knows FDIV also turns tinygrad's own reciprocals into divisions (decomp/op.py), as clang's already does.
-  """
-  from tinygrad.helpers import PARALLEL
-  from tinygrad.renderer import cstyle, ptx, wgsl  # noqa: F401  (defines the C-style renderer classes)
-  # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
-  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
-  PARALLEL.value = 0
-  python_alu.setdefault(Ops.FDIV, _fold_division)
-  pending = [cstyle.CStyleLanguage]
-  while pending:
-    renderer = pending.pop()
-    pending.extend(renderer.__subclasses__())
-    if Ops.FDIV not in renderer.code_for_op:
-      renderer.code_for_op = {**renderer.code_for_op, Ops.FDIV: _c_division}
-  ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
-  if not getattr(ptx.PTXRenderer, "_tinyjax_half_division", False):  # PTX divides float16 as float32
-    from tinygrad.uop.ops import PatternMatcher, UPat
-    half = PatternMatcher([(UPat(Ops.FDIV, dtype=dtypes.half, src=(UPat.var("a"), UPat.var("b"))),
-                            lambda a, b: a.cast(F32).alu(Ops.FDIV, b.cast(F32)).cast(dtypes.half))])
-    ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
-    ptx.PTXRenderer._tinyjax_half_division = True
-
-
-teach_division()
 
 
 def poly(x, coefficients):

@@ -4,7 +4,8 @@ and integer wrap-around.
 
 An order key carries most of it: floats compared as integers (their bits, with the magnitude bits of negatives
 flipped) order -0.0 below +0.0 as XLA's max/min do, and let NaN sort above or below everything, so it propagates.
-The cumulative ops use tinygrad's windowed scans (cummax/cummin on the order key); reverse ones scan the flipped axis.
+The cumulative ops use tinygrad's windowed scans (cummax/cummin on the order key); reverse ones scan the flipped axis,
+except cumprod, whose windows start at each element as XLA's.
 """
 import math
 
@@ -132,12 +133,34 @@ def _cumulative(scan):
   """A cum* rule from `scan(x, axis)`, a forward inclusive scan; reverse scans the flipped axis.
 
   NB: XLA reduces each window from its start, so in reverse its order differs from the flipped scan's: rounding
-  may differ by an ulp, and a reverse cumprod may meet an overflowed inf before a 0 (NaN where XLA has 0)."""
+  may differ by an ulp (a reverse cumprod is XLA's own: _suffix_products)."""
   def rule(ctx, x, *, axis, reverse):
     if not reverse:
       return scan(x, axis)
     return scan(x.flip(axis), axis).flip(axis)
   return rule
+
+
+_WINDOWED = 512  # NB: the longest axis tinygrad's own cumulative ops scan as one window per element (_split_cumalu)
+
+
+def _suffix_products(x, axis):
+  """Reverse cumprod as XLA's: a window starting at each element, multiplied from there (x[i] * x[i+1] * ...), so
+  that a 0 comes before what overflows later in the suffix (0 * 0 * -2 * -3e38 is 0).
+
+  NB: the flipped scan multiplies from the end, where an overflowed inf may meet the 0 (NaN). Windows cost n**2: an
+  axis longer than tinygrad's windowed scans takes the flipped scan (tinygrad's two stages, in XLA's order only
+  where no inf meets a 0)."""
+  n = x.shape[axis]
+  if n == 0 or n > _WINDOWED:
+    return x.flip(axis).cumprod(axis).flip(axis)
+  ones_after = x.pad(tuple((0, n - 1) if d == axis else None for d in range(x.ndim)), value=1)
+  return ones_after.unfold(axis, n, 1).prod(-1)  # unfold puts the window last
+
+
+@register("cumprod")
+def _cumprod(ctx, x, *, axis, reverse):
+  return _suffix_products(x, axis) if reverse else x.cumprod(axis)
 
 
 def _cumsum(x, axis):
@@ -155,7 +178,6 @@ def _cumulative_extreme(pick: str):
 
 
 register("cumsum")(_cumulative(_cumsum))
-register("cumprod")(_cumulative(lambda x, axis: x.cumprod(axis)))
 register("cummax")(_cumulative(_cumulative_extreme("max")))
 register("cummin")(_cumulative(_cumulative_extreme("min")))
 

@@ -1,0 +1,64 @@
+"""tinyjax's amendments to tinygrad (tinyjax/backends/tinygrad/amendments.py): each against JAX on XLA, and the
+tinygrad they are written for."""
+import importlib.metadata
+
+import numpy as np
+import pytest
+from jax import lax
+from tinygrad import dtypes
+from tinygrad.uop.ops import UOp
+
+from oracle import check, check_traced
+from xfail import param
+from tinyjax.backends.tinygrad import amendments
+
+
+def test_written_for_this_tinygrad():
+  """A new tinygrad needs each amendment checked again (and the docstring's version changed)."""
+  assert importlib.metadata.version("tinygrad").startswith("0.14."), "amendments.py is written for tinygrad 0.14"
+  assert "tinygrad 0.14" in amendments.__doc__
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint8, dtypes.bool])
+def test_zero_folds_kept_for_integers(dtype):
+  """x + 0 -> x and x * 0 -> 0 still fold on integers and bools (index arithmetic depends on them)."""
+  x = UOp.variable("x", 0, 10, dtypes.int32).cast(dtype)
+  assert {pattern.op[0].name: fxn(x=x) is not None for pattern, fxn in amendments.zero_folds()} == {"ADD": True,
+                                                                                                  "MUL": True}
+
+
+def test_zero_folds_declined_for_floats():
+  x = UOp.variable("x", 0, 10, dtypes.int32).cast(dtypes.float32)
+  assert [fxn(x=x) for _, fxn in amendments.zero_folds()] == [None, None]
+
+
+@pytest.mark.parametrize("case", [param(case, name="arithmetic on a computed zero", id=case)
+                                  for case in ("add", "sub", "mul", "div", "neg_add")])
+def test_arithmetic_on_a_computed_zero(case):
+  """A zero tinygrad computes at compile time (x > x is False, sqrt of it 0.0) meets NaN, inf and signed zeros:
+  IEEE's results (0.0 * NaN is NaN, -0.0 + 0.0 is +0.0)."""
+  ops = {"add": lambda z, x: (z + x, x + z), "sub": lambda z, x: (z - 0, z - x, x - z), "mul": lambda z, x: (z * x,),
+         "div": lambda z, x: (z / 0, z / x), "neg_add": lambda z, x: (-z + z, z + -z, -x * z)}[case]
+  edges = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -2.5], np.float32)
+  check(lambda np_, e: (lambda x: ops(np_.sqrt(x > x), x))(np_.asarray(e)), edges)
+
+
+@pytest.mark.parametrize("function", [param(function, name="a loop's first index", id=function)
+                                      for function in ("geomspace", "pad")])
+def test_a_loops_first_index(function):
+  """An upcast loop's first index is the constant 0: log(-1) * 0 is NaN (jnp.geomspace's first sample), and a
+  padded ramp's -0.0 + 0.0 is +0.0 (jnp.pad's linear_ramp)."""
+  if function == "geomspace":
+    check(lambda np_, a: np_.geomspace(np_.asarray(a), 8.0, 3), np.array([2.0, 0.5, -1.0, 4.0], np.float32),
+          rtol=1e-6)
+  else:
+    check(lambda np_, a: np_.pad(np_.asarray(a), 2, mode="linear_ramp"),
+          np.array([[-2.5, -0.0], [0.0, 1.0]], np.float32))
+
+
+def test_float_sums_and_products_keep_their_order():
+  """x + (y + z) is not (x + y) + z in floats: 1e8 + (-1e8 + 1) is 0.0 and x ** 5 is x * (x2 * x2), as XLA rounds."""
+  big = np.array([1e8, -1e8, 1.0, 3.0], np.float32)
+  spread = np.random.default_rng(0).uniform(-10, 10, 64).astype(np.float32)
+  check_traced(lambda b, x: [lax.add(b[:1], lax.add(b[1:2], b[2:3])), lax.mul(b[3:], lax.mul(b[:1], b[1:2])),
+                             lax.integer_pow(x, 5), lax.integer_pow(x, 13), lax.integer_pow(x, -7)], big, spread)

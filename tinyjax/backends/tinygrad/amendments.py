@@ -1,0 +1,152 @@
+"""tinyjax's amendments to tinygrad 0.14: IEEE division on every renderer, its simplifier, its C-style renderers and
+its WGSL renderer, as tinyjax's rules need them (the kernel heuristic's amendment is a policy of its own:
+kernel_opts). `amend()` makes them once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py and
+test_elementwise.py's test_every_renderer_divides check them.
+
+NB: tinygrad 0.14's simplifier folds x + 0 -> x and x * 0 -> 0 for every dtype, whenever one operand is the constant
+zero, also one it computed itself (`x > x` is False, a sum over nothing is 0, an upcast loop's first index is 0).
+For floats IEEE (and XLA) gives -0.0 + 0.0 = +0.0, NaN * 0 = inf * 0 = NaN and -x * 0 = -0.0: the two rules keep
+their folds for integers and bools only. (x + -0.0 is x exactly, left as an addition all the same.)
+
+NB: tinygrad 0.14's C-style renderers (clang, OpenCL, Metal, CUDA, WGSL) drop the parentheses of an operand of
++ or * that is itself a + or *, the right one too: x * (y * z) became `x*y*z`, which C and WGSL compute as
+(x * y) * z. Integer + and * wrap the same in any order; float ones round differently (x ** 5 is x * (x2 * x2), as
+XLA multiplies it, not (x * x2) * x2). For floats only the left operand's parentheses go.
+
+NB: tinygrad 0.14's WGSL renderer keeps arrays of 8- and 16-bit integers and bools packed four (two) to a u32 word.
+A gated load of one with an alternative value (`where(gate, x[i], y)`, which tinygrad folds into the load) loaded the
+word with y as its alternative and then extracted the field from the result: where the gate was false, y itself was
+shifted and masked (a concatenation of bool arrays on WEBGPU came out wrong after its first piece). The fixed load
+extracts the field from the loaded word, then selects the alternative.
+
+NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN with the sign bit set, which XLA's
+total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
+literal is 0x7fc00000.
+"""
+import math
+
+from tinygrad.dtype import dtypes
+from tinygrad.helpers import PARALLEL, strip_parens
+from tinygrad.renderer import cstyle, ptx, wgsl
+from tinygrad.uop import symbolic
+from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
+
+# The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
+# NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
+# the globals it names, at the rule's first use; each is the new code of tinygrad's own function, which every
+# matcher built from symbolic_simple shares.
+_ADD_ZERO = lambda x: None if dtypes.is_float(x.dtype) else x  # noqa: E731
+_MUL_ZERO = lambda x: None if dtypes.is_float(x.dtype) else x.const_like(0)  # noqa: E731
+_ZERO_FOLDS = {frozenset({Ops.ADD, Ops.XOR, Ops.OR}): _ADD_ZERO, frozenset({Ops.MUL}): _MUL_ZERO}
+
+
+def zero_folds() -> list:
+  """tinygrad's rules `x <op> 0` (op ADD/XOR/OR, or MUL), as (pattern, function)."""
+  return [(p, fxn) for p, fxn in symbolic.symbolic_simple.patterns
+          if p.op is not None and frozenset(p.op) in _ZERO_FOLDS
+          and [(s.op, s.arg, s.name) for s in p.src[0]] == [(None, None, "x"), ((Ops.CONST,), 0, None)]]
+
+
+def _keep_float_zeros() -> None:
+  folds = zero_folds()
+  assert len(folds) == 2, f"tinygrad's x + 0 and x * 0 rules have changed: {folds}"
+  for pattern, fxn in folds:
+    fxn.__code__ = _ZERO_FOLDS[frozenset(pattern.op)].__code__
+
+
+def c_style_renderers() -> list:
+  """tinygrad's C-style renderer classes (OpenCL C, WGSL, Metal, CUDA, HIP, clang), each subclass of CStyleLanguage."""
+  renderers, pending = [], [cstyle.CStyleLanguage]
+  while pending:
+    renderers.append(pending.pop())
+    pending.extend(renderers[-1].__subclasses__())
+  return renderers
+
+
+def _fold_division(x, y):
+  if y != 0:
+    return x / y
+  return math.nan if x == 0 or math.isnan(x) else math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+def _c_division(a, b, dtype):
+  return f"({a}/{b})"
+
+
+def _ptx_division(d, a, b, dtype, name):
+  return f"div.rn.{name} {d}, {a}, {b};"
+
+
+def _half_division(a, b):
+  return a.cast(dtypes.float32).alu(Ops.FDIV, b.cast(dtypes.float32)).cast(dtypes.half)
+
+
+def _teach_division() -> None:
+  """Make Ops.FDIV an operation of every tinygrad renderer, and foldable on constants.
+
+  NB: tinygrad 0.14 has the FDIV op but only its clang, LLVM, NIR and x86 renderers emit it: OpenCL, WGSL, Metal, CUDA,
+  HIP and PTX failed with KeyError: Ops.FDIV, and its python_alu (constant folding, the PYTHON device) lacks it.
+  `a / b` is IEEE division in every C-style language (OpenCL C, WGSL, Metal, CUDA, HIP), PTX's is div.rn (which
+  divides float16 as float32). A renderer that knows FDIV also turns tinygrad's own reciprocals into divisions
+  (decomp/op.py), as clang's already does.
+  """
+  # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
+  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
+  PARALLEL.value = 0
+  python_alu.setdefault(Ops.FDIV, _fold_division)
+  for renderer in c_style_renderers():
+    if Ops.FDIV not in renderer.code_for_op:
+      renderer.code_for_op = {**renderer.code_for_op, Ops.FDIV: _c_division}
+  ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
+  half = PatternMatcher([(UPat(Ops.FDIV, dtype=dtypes.half, src=(UPat.var("a"), UPat.var("b"))), _half_division)])
+  ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
+
+
+def _float_chain(ctx, x):
+  """A float x + y or x * y as C-style code that keeps its order: only the left operand's parentheses dropped."""
+  if not dtypes.is_float(x.dtype):
+    return None  # tinygrad's own rendering
+  left, right = x.src
+  return ctx.code_for_op[x.op](strip_parens(ctx[left]) if left.op is x.op else ctx[left], ctx[right], x.dtype)
+
+
+def _keep_float_order() -> None:
+  order = PatternMatcher([(UPat((Ops.ADD, Ops.MUL), name="x"), _float_chain)])
+  for renderer in c_style_renderers():
+    if "string_rewrite" in vars(renderer):  # the others inherit an amended one
+      renderer.string_rewrite = order + renderer.string_rewrite
+
+
+def _packed_load_then_alternative(load):
+  if not wgsl.is_packed(load) or len(load.src) < 3:
+    return None
+  index, alternative, gate = load.src[:3]
+  word_load = load.replace(src=(index, alternative.const_like(0), gate))
+  return gate.where(wgsl.packed_load(word_load), alternative)
+
+
+def _with_positive_nan(render_kernel):
+  def render(self, *args, **kwargs):
+    return render_kernel(self, *args, **kwargs).replace("let bits = 0xffffffffu;", "let bits = 0x7fc00000u;")
+  return render
+
+
+def _fix_wgsl() -> None:
+  renderer = wgsl.WGSLRenderer
+  fix = PatternMatcher([(UPat(Ops.LOAD, name="load"), _packed_load_then_alternative)])
+  renderer.extra_matcher = fix + renderer.extra_matcher
+  renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
+
+
+_amended = False
+
+
+def amend() -> None:
+  """Make tinyjax's amendments to tinygrad (once per process)."""
+  global _amended
+  if not _amended:
+    _teach_division()
+    _keep_float_zeros()
+    _keep_float_order()
+    _fix_wgsl()
+    _amended = True
