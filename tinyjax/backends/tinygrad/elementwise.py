@@ -32,7 +32,7 @@ def _wrapping(op, float_op=None):
   def apply(*xs):
     dtype = xs[0].dtype
     if dtypes.is_float(dtype):
-      guarded = _times_minus_one(op, *xs)
+      guarded = _constant_operand(op, *xs)
       return rounded(*xs) if guarded is None else guarded
     unsigned = fm.UINT[dtype.itemsize]
     return _wrap(op(*(x.bitcast(unsigned).cast(fm.UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
@@ -58,13 +58,24 @@ def _float_constant(x):
   return base.arg if base.op is Ops.CONST and isinstance(base.arg, float) else None
 
 
-def _times_minus_one(op, x, y):
-  """x * y when one side is the constant -1.0, without tinygrad's simplifier (None for anything else).
+def _zero_constant(x):
+  """For a Tensor that is a broadcast constant zero: -1.0 or 1.0 (its sign); None for anything else."""
+  value = _float_constant(x)
+  return math.copysign(1.0, value) if value == 0.0 else None
 
-  NB: tinygrad merges x * -1 with other terms in x (see floatmath.minus). (Its folds of x + 0.0 and x * 0.0, which
-  IEEE does not allow, are amended: amendments.py.)
+
+def _constant_operand(op, x, y):
+  """x op y when one side is a constant zero (or, for *, minus one), without tinygrad's simplifier (None when
+  neither is).
+
+  NB: IEEE (and XLA) give inf * 0 = NaN, NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0, which folding x * 0 -> 0
+  and x + 0 -> x loses. tinygrad's own folds of floats are amended (amendments.py); a zero that is a constant in the
+  kernel's code is still folded by WGSL's compilers, which may assume no NaN: such a zero never reaches the code.
+  tinygrad also merges x * -1 with other terms in x (see floatmath.minus).
   """
-  if op is not operator.mul or -1.0 not in (_float_constant(x), _float_constant(y)):
+  zx, zy = _zero_constant(x), _zero_constant(y)
+  minus_one = op is operator.mul and -1.0 in (_float_constant(x), _float_constant(y))
+  if zx is None and zy is None and not minus_one:
     return None
   # a jaxpr literal is a scalar beside an array operand (and a broadcast constant may be unexpanded): bring both
   # to the result's shape
@@ -72,7 +83,18 @@ def _times_minus_one(op, x, y):
   x, y = (t.reshape((1,) * (ndim - t.ndim) + t.shape) for t in (x, y))
   shape = tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape))  # NB: not max: a size-0 dim stays empty
   x, y = x.expand(shape), y.expand(shape)
-  return fm.minus(y if _float_constant(x) == -1.0 else x)
+  if minus_one:
+    return fm.minus(y if _float_constant(x) == -1.0 else x)
+  if op is operator.mul:
+    other, zero = (y, zx) if zx is not None else (x, zy)
+    signed_zero = fm.with_sign(other.const_like(0), other if zero > 0 else -other)
+    return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
+  if op is operator.sub:  # x - y is x + (-y), exactly
+    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else fm.minus(y))
+  zero, other = (zx, y) if zx is not None else (zy, x)
+  if zero < 0:  # x + (-0.0) is x, exactly
+    return other
+  return (other.eq(0) & ~fm.isnan(other)).where(other.const_like(0.0), other)  # x + 0.0 is x, -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
@@ -165,7 +187,7 @@ def _either_nan(x, y):
 def _nan_of(x, y):
   """The NaN among x and y (where either is NaN).
 
-  NB: not x + y, which tinygrad may merge: with y = x * -1, x + x * -1 -> x * 0 (0.0 for a finite x)."""
+  NB: not x + y, which tinygrad may fold: with y = x * -1, x + x * -1 -> x * 0 -> 0."""
   return fm.isnan(x).where(x, y)
 
 
