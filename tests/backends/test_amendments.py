@@ -62,3 +62,11 @@ def test_float_sums_and_products_keep_their_order():
   spread = np.random.default_rng(0).uniform(-10, 10, 64).astype(np.float32)
   check_traced(lambda b, x: [lax.add(b[:1], lax.add(b[1:2], b[2:3])), lax.mul(b[3:], lax.mul(b[:1], b[1:2])),
                              lax.integer_pow(x, 5), lax.integer_pow(x, 13), lax.integer_pow(x, -7)], big, spread)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32])
+def test_a_range_of_a_buffer_at_any_offset(dtype):
+  """x[o:o+n] of an input at every offset, as a result and read by a kernel: tinygrad made the range a view of the
+  input 2 int32s past a 16-byte boundary, and its vector loads from there killed the CPU backend (a segfault)."""
+  x = np.arange(40).astype(dtype)
+  check(lambda np_, x: [y for o in range(17) for y in (np_.asarray(x)[o:o + 20], np_.asarray(x)[o:o + 20] * 2)], x)

@@ -22,9 +22,16 @@ extracts the field from the loaded word, then selects the alternative.
 NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN with the sign bit set, which XLA's
 total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
 literal is 0x7fc00000.
+
+NB: tinygrad 0.14 makes a contiguous range of a buffer (`x[2:10]` made contiguous) a view of that buffer at an
+offset, not a copy, on every device but CL and WEBGPU. Its kernels load and store vectors as if every buffer began on
+a 16-byte boundary (clang's `int4` is `aligned(16)`, CUDA's loads of four floats need it too): a kernel reading
+`x[2:10]` of an int32 buffer through the view read from 8 bytes past a boundary, and the CPU died of a segmentation
+fault. A view is made only where its offset is a multiple of 16 bytes; elsewhere the range is copied by a kernel.
 """
 import math
 
+from tinygrad import tensor
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
@@ -138,6 +145,23 @@ def _fix_wgsl() -> None:
   renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
 
 
+VIEW_ALIGNMENT = 16  # bytes: the widest vector tinygrad's kernels load from a buffer's start
+
+
+def _aligned_view(make_view):
+  def make_aligned_view(src):
+    view = make_view(src)
+    if view is None:
+      return None
+    buffer, offset = src.contiguous_view()
+    return view if offset * buffer.element_size() % VIEW_ALIGNMENT == 0 else None
+  return make_aligned_view
+
+
+def _align_views() -> None:
+  tensor._make_buffer_view = _aligned_view(tensor._make_buffer_view)
+
+
 _amended = False
 
 
@@ -149,4 +173,5 @@ def amend() -> None:
     _keep_float_zeros()
     _keep_float_order()
     _fix_wgsl()
+    _align_views()
     _amended = True
