@@ -7,6 +7,7 @@ exactly, and the sign of zeros.
 import contextlib
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -59,9 +60,34 @@ def assert_values(a: np.ndarray, e: np.ndarray, rtol=None, atol=None):
   np.testing.assert_array_equal(np.isnan(a64), np.isnan(e64), err_msg="NaN positions differ")
   np.testing.assert_array_equal(np.isinf(a64) & (a64 == e64), np.isinf(e64), err_msg="infinities differ")
   np.testing.assert_allclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
-  if not jnp.iscomplexobj(e) and atol == 0.0:
-    zeros = e64 == 0
+  if not jnp.iscomplexobj(e):  # NB: whatever the tolerance: a zero both computed has JAX's sign
+    zeros = (e64 == 0) & (a64 == 0)
     np.testing.assert_array_equal(np.signbit(a64[zeros]), np.signbit(e64[zeros]), err_msg="signs of zeros differ")
+
+
+def runs_on_xla_by_design(jax_fn, *args) -> bool:
+  """Whether JAX's program for jax_fn(*args) has an equation tinygrad has no rule for by design: a primitive listed in
+  tinyjax.backends.tinygrad.not_native, or one on complex numbers (tinygrad has no complex dtype)."""
+  from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
+
+  def sub_jaxprs(eqn):
+    for param in eqn.params.values():
+      for p in param if isinstance(param, (tuple, list)) else (param,):
+        if isinstance(p, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
+          yield getattr(p, "jaxpr", p)
+
+  def by_design(jaxpr) -> bool:
+    for eqn in jaxpr.eqns:
+      dtypes = [v.aval.dtype for v in eqn.invars + eqn.outvars if hasattr(v.aval, "dtype")]
+      if (eqn.primitive.name in NOT_YET_NATIVE or any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes)
+              or any(map(by_design, sub_jaxprs(eqn)))):
+        return True
+    return False
+  try:
+    closed = jax.make_jaxpr(jax_fn)(*args)
+  except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError):  # NB: a shape set by the data (nonzero, x[x > 0]) or no array output
+    return False  # tinyjax runs it call by call, each of which must be native
+  return by_design(closed.jaxpr)
 
 
 def check(fn, *args, native_only=True, rtol=None, atol=None, **kwargs):

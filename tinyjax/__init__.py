@@ -8,7 +8,7 @@ import jax as _jax
 
 from tinyjax import config
 from tinyjax import identity as _identity
-from tinyjax.backends.base import Device, DeviceNotFoundError, FallbackError, Float64Error
+from tinyjax.backends.base import Device, DeviceNotFoundError, FallbackError, FallbackWarning, Float64Error
 from tinyjax.backends.selection import devices
 from tinyjax.check import CheckError
 from tinyjax.config import default_device
@@ -24,10 +24,11 @@ from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, 
                                 jacobian, jacrev, jit, jvp, linearize, make_jaxpr, remat, value_and_grad, vjp, vmap)
 
 # tinyjax's own names: they differ from JAX's where they are JAX's (tests/test_identity.py says why)
-OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "ExportError", "FallbackError", "Float64Error", "config",
-       "default_device", "devices", "device_get", "device_put", "explain", "export", "flush", "report", "checkpoint",
-       "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
-       "linearize", "make_jaxpr", "patch", "remat", "tiny", "value_and_grad", "vjp", "vmap"]
+OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "ExportError", "FallbackError", "FallbackWarning",
+       "Float64Error", "config", "default_device", "devices", "device_get", "device_put", "explain", "export",
+       "flush", "report", "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd",
+       "jacobian", "jacrev", "jit", "jvp", "linearize", "make_jaxpr", "patch", "remat", "tiny", "value_and_grad",
+       "vjp", "vmap"]
 __all__ = sorted(set(OWN) | {name for name in dir(_jax) if not name.startswith("_")})
 
 # every other public name of jax: its submodules as tinyjax modules, the rest JAX's own objects

@@ -85,6 +85,11 @@ class DeviceNotFoundError(RuntimeError):
   """Raised when the requested device is unknown or unusable here; the message lists the devices that work."""
 
 
+class FallbackWarning(RuntimeWarning):
+  """tinyjax's warning that work meant for tinygrad runs on XLA: an equation without a native rule under
+  TINYJAX_FALLBACK=warn, or a program whose kernel tinygrad could not compile."""
+
+
 class FallbackError(NotImplementedError):
   """An equation has no native rule on the chosen device, and TINYJAX_FALLBACK=error."""
 

@@ -8,7 +8,7 @@ import warnings
 
 from tinyjax import config
 from tinyjax.backends import float64
-from tinyjax.backends.base import Backend, Device, FallbackError, Float64Error
+from tinyjax.backends.base import Backend, Device, FallbackError, FallbackWarning, Float64Error
 
 _backends: dict[tuple[str, str], Backend] = {}
 _lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
@@ -82,4 +82,4 @@ def check_fallback(backend: Backend, eqns, source: str) -> None:
     if eqn.name not in _warned:
       _warned.add(eqn.name)
       filename, _, line = source.rpartition(":")
-      warnings.warn_explicit(message, RuntimeWarning, filename, int(line) if line.isdigit() else 0)
+      warnings.warn_explicit(message, FallbackWarning, filename, int(line) if line.isdigit() else 0)

@@ -15,7 +15,8 @@ import numpy as np
 
 from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
-from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError, FallbackError
+from tinyjax.backends.base import (Backend, Compiled, Device, DeviceNotFoundError, FallbackError,
+                                   FallbackWarning)
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting, special)
 from tinyjax.backends.tinygrad import depth
@@ -250,7 +251,7 @@ class TinygradBackend(Backend):
       fn = xla.compile_eqns(program.eqns, range(len(inputs)), program.in_avals, program.outputs, program.n_slots)
       source = program.eqns[-1].source if program.eqns else "<unknown>"
       filename, _, line = source.rpartition(":")
-      warnings.warn_explicit(message + "; XLA runs that program instead", RuntimeWarning, filename,
+      warnings.warn_explicit(message + "; XLA runs that program instead", FallbackWarning, filename,
                              int(line) if line.isdigit() else 0)
       compiled.counts = collections.Counter(("xla", e.name) for e in program.eqns)
       compiled.segments = ["xla"]
