@@ -307,3 +307,55 @@ def test_tiny_runs_on_its_tensors_device(off_default):
   assert sums.device == picked.device == other
   np.testing.assert_array_equal(sums.numpy(), [1.0, 4.0, 8.0])
   assert picked.numpy() == 2.0
+
+
+_CREATIONS = {"zeros": lambda np_, device: np_.zeros(3, device=device),
+              "ones_like": lambda np_, device: np_.ones_like(np.ones(2, np.int8), device=device),
+              "full": lambda np_, device: np_.full(2, 1.5, device=device),
+              "asarray": lambda np_, device: np_.asarray([1, 2], device=device),
+              "arange": lambda np_, device: np_.arange(3, device=device),
+              "eye": lambda np_, device: np_.eye(2, device=device),
+              "linspace": lambda np_, device: np_.linspace(0, 1, 3, device=device)}
+
+
+@pytest.mark.parametrize("name", list(_CREATIONS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_array_made_with_device_is_on_it(device, name):
+  """jnp.zeros(..., device=d).devices() == {d}, as in JAX (JAX's value, made for tinyjax's device d); also to_device."""
+  target = next(d for d in tinyjax.devices() if d.name == device)
+  made = _CREATIONS[name](tnp, target)
+  assert made.devices() == {target} and made.device == target
+  assert_like_jax(made, _CREATIONS[name](jnp, None))
+  moved = tnp.arange(4.0).to_device(target)
+  assert moved.devices() == {target}
+  assert_like_jax(moved, jnp.arange(4.0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_deleted_array_raises_as_in_jax(device, on_device):
+  """delete() / is_deleted(): reading a deleted Array raises JAX's RuntimeError at the call; others keep theirs."""
+  errors = {}
+  for np_ in (jnp, tnp):
+    x = np_.arange(3.0)
+    kept = x * 2
+    x.delete()
+    assert x.is_deleted() and not kept.is_deleted()
+    assert x.shape == (3,) and x.dtype == np.float32
+    x.delete()  # again: nothing happens
+    for name, read in {"add": lambda: x + 1, "asarray": lambda: np.asarray(x), "index": lambda: x[0],
+                       "repr": lambda: repr(x)}.items():
+      with pytest.raises(RuntimeError) as raised:
+        read()
+      errors.setdefault(name, []).append(str(raised.value))
+    np.testing.assert_array_equal(np.asarray(kept), [0.0, 2.0, 4.0])
+  assert all(jax_message == ours for jax_message, ours in errors.values()), errors
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unsafe_buffer_pointer(device, on_device):
+  """An int, as JAX's; one buffer, one address (the same Array asked twice), two buffers, two addresses."""
+  x, y = tnp.arange(8.0) + 1, tnp.arange(8.0) + 2
+  pointer = x.unsafe_buffer_pointer()
+  assert type(pointer) is type(jnp.arange(8.0).unsafe_buffer_pointer()) is int
+  assert pointer == x.unsafe_buffer_pointer() != y.unsafe_buffer_pointer()
+  assert tnp.arange(3.0)._committed is jnp.arange(3.0)._committed is False

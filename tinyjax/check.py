@@ -74,6 +74,9 @@ class Checking(Backend):
   def wait(self, buffer):
     self.inner.wait(buffer)
 
+  def address(self, buffer):
+    return self.inner.address(buffer)
+
   def supports(self, eqn) -> bool:
     return self.inner.supports(eqn)
 

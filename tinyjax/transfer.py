@@ -36,10 +36,7 @@ def device_put(x, device=None):
       aval = _host_aval(host)
       weak = type(leaf) in (int, float, complex)
       value = Value(aval.update(weak_type=weak), host=host.astype(aval.dtype))
-    placed = Value(value.aval, host=value.to_host())
-    placed.buffer_on(backend)
-    placed.buffers = {backend: placed.buffers[backend]}
-    return Array(placed)
+    return Array(value.placed_on(backend))
   return jax.tree_util.tree_map(put, x, is_leaf=_is_array_like)
 
 

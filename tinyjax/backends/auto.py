@@ -42,6 +42,9 @@ class AutoBackend(Backend):
   def wait(self, buffer):
     self._backend_of(buffer).wait(buffer)
 
+  def address(self, buffer):
+    return self._backend_of(buffer).address(buffer)
+
   def supports(self, eqn) -> bool:
     return True  # NB: under auto, XLA running an equation is a choice, not a fallback
 

@@ -63,6 +63,10 @@ class Backend(abc.ABC):
   def wait(self, buffer) -> None:
     """Block until the computation of `buffer` is done (backends that run asynchronously override this)."""
 
+  def address(self, buffer) -> int:
+    """The device address of `buffer`'s memory (jax.Array.unsafe_buffer_pointer)."""
+    raise NotImplementedError(f"{self!r} does not give the address of its buffers")
+
   def __repr__(self):
     return f"<{self.name} backend on {self.device}>"
 

@@ -60,6 +60,9 @@ class XlaBackend(Backend):
   def wait(self, buffer):
     buffer.block_until_ready()
 
+  def address(self, buffer):
+    return buffer.unsafe_buffer_pointer()
+
   def supports(self, eqn):
     return True
 

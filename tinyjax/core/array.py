@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core  # NB: eval_context is not public
 
+from tinyjax.backends.base import Device
 from tinyjax.core import keys, tracing
 
 
@@ -73,7 +74,7 @@ _UNARY = ["neg", "pos", "abs", "invert", "round"]
 _METHODS = ["all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "byteswap", "choose", "clip",
             "compress", "conj", "conjugate", "cumprod", "cumsum", "diagonal", "dot", "flatten", "max", "mean", "min",
             "nonzero", "prod", "ptp", "ravel", "repeat", "reshape", "round", "searchsorted", "sort", "squeeze", "std",
-            "sum", "swapaxes", "take", "trace", "transpose", "var", "view", "to_device"]
+            "sum", "swapaxes", "take", "trace", "transpose", "var", "view"]
 _PROPERTIES = ["T", "mT", "real", "imag"]
 
 
@@ -128,6 +129,8 @@ class Array(jax.Array):
 
   # --- reading the data
   def block_until_ready(self):
+    if self.is_deleted():
+      self._value.to_host()  # raises
     if self._value.pending:
       from tinyjax.core import buffer
       buffer.flush((self._value,))
@@ -252,6 +255,27 @@ class Array(jax.Array):
   def is_ready(self) -> bool:
     return not self._value.pending
 
+  def to_device(self, device, *, stream=None):
+    if isinstance(device, Device):  # one of tinyjax's devices (JAX's own go to JAX's to_device)
+      return tracing.placed(self, device)
+    return tracing.call(_apply_method, ("to_device", self, device), {"stream": stream})
+
+  def delete(self):
+    """Free this Array's buffers now; reading it afterwards raises, as in JAX."""
+    from tinyjax.core.buffer import DeletedValue
+    self._value, self._jax = DeletedValue(self.aval), None
+
+  def is_deleted(self) -> bool:
+    from tinyjax.core.buffer import DeletedValue
+    return isinstance(self._value, DeletedValue)
+
+  def unsafe_buffer_pointer(self) -> int:
+    """The address of this Array's buffer on its device (computed, and put there, first)."""
+    from tinyjax.backends.selection import current_backend
+    self.block_until_ready()
+    backend = next(iter(self._value.buffers), None) or current_backend()
+    return backend.address(self._value.buffer_on(backend))
+
   def devices(self) -> set:
     return {self.device}
 
@@ -267,6 +291,7 @@ class Array(jax.Array):
   is_fully_addressable = property(lambda self: True)
   is_fully_replicated = property(lambda self: True)
   committed = property(lambda self: False)  # NB: a computation runs on the device in effect at its flush
+  _committed = committed
 
   @property
   def flat(self):

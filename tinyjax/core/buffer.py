@@ -41,6 +41,12 @@ class Value:
         buffer = self.buffers[backend] = backend.put(host)
     return buffer
 
+  def placed_on(self, backend) -> "Value":
+    """A concrete copy of this value whose one buffer is on `backend`."""
+    placed = Value(self.aval, host=self.to_host())
+    placed.buffers = {backend: placed.buffer_on(backend)}
+    return placed
+
   def to_host(self) -> np.ndarray:
     if self.node is not None:
       flush((self,))
@@ -51,6 +57,17 @@ class Value:
         backend, buffer = next(iter(self.buffers.items()))
         self.host = backend.get(buffer)
     return self.host
+
+
+class DeletedValue(Value):
+  """The value of a deleted Array (Array.delete): reading it raises JAX's error."""
+  __slots__ = ()
+
+  def to_host(self):
+    raise RuntimeError(f"Array has been deleted with shape={self.aval.str_short()}.")
+
+  def buffer_on(self, backend):
+    self.to_host()
 
 
 class Node:

@@ -26,10 +26,11 @@ from jax._src import core as jax_core  # NB: the current trace (are we inside a 
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
-from tinyjax.backends.selection import check_fallback, current_backend
+from tinyjax.backends.base import Device
+from tinyjax.backends.selection import backend_for, check_fallback, current_backend
 from tinyjax.core import buffer, keys
 from tinyjax.core.report import record_eager
-from tinyjax.core.buffer import Value
+from tinyjax.core.buffer import DeletedValue, Value
 from tinyjax.core.program import program_of
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,8 @@ def _static_key(x):
 
 def _input_value(leaf, aval) -> Value:
   if is_array(leaf):
+    if isinstance(leaf._value, DeletedValue):
+      leaf._value.to_host()  # raises JAX's error at the call
     return leaf._value
   if isinstance(leaf, Scalar):
     return _scalar_value(leaf.value, aval)
@@ -268,6 +271,8 @@ def inside_transformation() -> bool:
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
+  if isinstance(device := kwargs.get("device"), Device):  # a tinyjax device: JAX computes, tinyjax places
+    return placed(call(fn, args, {**kwargs, "device": None}, static_scalars), device)
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
     int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
     args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
@@ -304,6 +309,13 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
     if out._value.pending:
       buffer.track(out)
   return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def placed(tree, device: Device):
+  """The Arrays of `tree` as Arrays on `device`."""
+  backend = backend_for(device.platform, device.name)
+  return jax.tree_util.tree_map(lambda x: Array(x._value.placed_on(backend)) if is_array(x) else x, tree,
+                                is_leaf=is_array)
 
 
 def to_jax(x):

@@ -3,6 +3,7 @@ program lets tinygrad fuse them into few kernels. A program that runs wholly on 
 TinyJit on its second run and replayed after that; equations without a rule run as XLA segments."""
 import collections
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import os
@@ -109,6 +110,18 @@ class TinygradBackend(Backend):
     from tinygrad import Device
     if not isinstance(buffer, np.ndarray):
       Device[self.tg_device].synchronize()
+
+  def address(self, buffer):
+    if isinstance(buffer, np.ndarray):  # NB: a dtype the device lacks stays on the host
+      return buffer.ctypes.data
+    raw = buffer.uop.buffer.ensure_allocated()._buf
+    # NB: each runtime has its own handle: an HCQ buffer (CPU, NV, AMD) has a virtual address, OpenCL's is a cl_mem
+    if hasattr(raw, "va_addr"):
+      return raw.va_addr
+    try:
+      return ctypes.cast(raw, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+      return super().address(buffer)
 
   def const(self, c):
     from tinygrad import Tensor
