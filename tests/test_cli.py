@@ -80,7 +80,7 @@ def test_help_has_examples(command):
 
 def test_shell_completion_script():
   result = invoke("--show-completion", "bash")
-  assert result.exit_code == 0 and "_TINYJAX_COMPLETE" in result.output
+  assert result.exit_code == 0 and "_TINYJAX_COMPLETE" in result.output, (result.output, repr(result.exception))
 
 
 # --- devices
