@@ -129,9 +129,8 @@ OPS = {
   "square": Op("np_.square({x})", "iuf"),
   "reciprocal": Op("np_.reciprocal({x})", "iuf"),
   "sqrt": Op("np_.sqrt({x})", "biuf"),
-  # NB: known difference (tests/xfail.py "sin/cos of float64 beyond 1e30"): edge values reach float64's max
-  "sin": Op("np_.sin({x})", "biuf", not_on=("float64",)),
-  "cos": Op("np_.cos({x})", "iuf", not_on=("float64",)),
+  "sin": Op("np_.sin({x})", "biuf"),
+  "cos": Op("np_.cos({x})", "iuf"),
   "exp": Op("np_.exp({x})", "biuf"),
   "expm1": Op("np_.expm1({x})", "f"),
   "log": Op("np_.log({x})", "iuf"),
@@ -459,14 +458,8 @@ def _fused_multiply_add_of_eager_calls():
   check(lambda np_, a, b: np_.asarray(a) * np_.asarray(b) - 1.0, a, b)
 
 
-def _cos_of_huge_float64():
-  with jax.enable_x64(True):
-    check(lambda np_, x: np_.cos(np_.asarray(x)), np.array([3.4028234663852886e38, 1e35], np.float64))
-
-
 KNOWN_DIFFERENCES = {"mul(convert(bool), x)": (_bool_times_float, None),
-                     "a * b + c, fused": (_fused_multiply_add_of_eager_calls, np.float32),
-                     "sin/cos of float64 beyond 1e30": (_cos_of_huge_float64, np.float64)}
+                     "a * b + c, fused": (_fused_multiply_add_of_eager_calls, np.float32)}
 
 
 @pytest.mark.parametrize("reproduce", [param(fn, name=name, dtype=dtype, id=name)
@@ -506,7 +499,17 @@ def _tanh_of_a_constant():
 
 EDGES = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, -2.0, 3.5], np.float32)
 UINT8 = np.array([0, 1, 127, 128, 200, 236, 255], np.uint8)
+def _sin_cos_of_huge_float64():
+  """Reduced exactly (floatmath._reduce_pi_over_2_64): 1e-9 off at 1e38 before, and cos of a float64 within 5e-19 of
+  an odd multiple of pi/2 (the hardest case of the reduction) to the last ulps."""
+  huge = np.array([3.4028234663852886e38, 1e35, -1e300, 1.7976931348623157e308, 6381956970095103 * 2.0 ** 797,
+                   5.319372648326541e255, 2.0 ** 1023, 1e22, 8.0, -8.5], np.float64)
+  with jax.enable_x64(True):
+    check(lambda np_, x: [np_.sin(np_.asarray(x)), np_.cos(np_.asarray(x))], huge, rtol=1e-14)
+
+
 FIXED = {
+  "sin/cos of float64 beyond 1e30": _sin_cos_of_huge_float64,
   # tinygrad's x - y is x + y * -1, which its simplifier merged with other terms in x: x - x -> 0 for inf and NaN
   "x - x": lambda: check(lambda np_, a: _on_array(np_, a, lambda x: np_.subtract(x, x)), EDGES),
   "(y + x) - x": lambda: check(lambda np_, a: _on_array(np_, a, lambda x: (1e-8 + x) - x), EDGES),

@@ -28,8 +28,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
     "stores them (tinygrad/codegen/decomp/dtype.py, f2f: 'denormals are zero')",
   ("denormals", "bfloat16"): "XLA's CPU backend computes bfloat16 in float32 and flushes its denormals (bfloat16's "
     "subnormals) to zero; where tinygrad renders bfloat16 (CL) it keeps them (where it emulates it, it flushes them)",
-  ("sin/cos of float64 beyond 1e30", "float64"): "floatmath reduces float64 arguments in three 24-bit parts (1e-15 "
-    "below 1e30, 1e-9 at 1e38); XLA's argument reduction stays exact",
 }
 
 

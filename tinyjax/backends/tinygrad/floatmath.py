@@ -313,62 +313,109 @@ def _bits_of_two_over_pi(count: int) -> int:
   return (1 << (count + 1 + guard)) // pi
 
 
-TWO_OVER_PI_WORDS = [(_bits_of_two_over_pi(16 * 13) >> (16 * (12 - w))) & 0xFFFF for w in range(13)]
+# enough words for a float64's 24-bit part of exponent up to 1000 (the float32 kernels read the first 13)
+TWO_OVER_PI_WORDS = [(_bits_of_two_over_pi(16 * 76) >> (16 * (75 - w))) & 0xFFFF for w in range(76)]
 SIN32 = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
 COS32 = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
 
 
-def _reduce_pi_over_2(a):
-  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4, j an int32 in [0, 4), for float32 a >= pi/4 (finite).
+def _times_two_over_pi(mantissa, exponent, max_exponent: int, n: int) -> list:
+  """M 2**E 2/pi mod 4 as n 16-bit digits (uint32 tensors, least significant first): 2 integer bits, then 16 n - 2
+  bits of fraction, exact to 2**(26 - 16 n), for a 24-bit integer M (uint32) and E (int32) in [-24, max_exponent].
 
-  a = M 2**E with a 24-bit integer M; bit j of 2/pi (2/pi = 0.b1 b2 ...) counts M 2**(E - j), a multiple of 4 for
-  j <= E - 2: the 96 bits from E - 1 on (W) give a 2/pi mod 4 = M W 2**-94, 62 bits of fraction after the product.
+  Bit j of 2/pi (2/pi = 0.b1 b2 ...) counts M 2**(E - j), a multiple of 4 for j <= E - 2: the 16 n bits from E - 1
+  on (W) give M 2**E 2/pi mod 4 = M W 2**(2 - 16 n).
   """
   u32 = dtypes.uint32
-  b = bits(a)
-  exponent = (b >> 23).cast(dtypes.int32) - 150  # E, in [-24, 104] for a >= pi/4
-  mantissa = (b & typed(b, 0x7FFFFF)) | typed(b, 0x800000)
   shifted = exponent + 30  # = 16 (q + 2) + rho: the window starts at bit rho of word q
   q, rho = (shifted >> 4) - 2, (shifted & 15).cast(u32)
 
   def word(offset):  # word q + offset of 2/pi's bits (0 before the point)
-    out = a.const_like(0).cast(u32)
-    for value in range(-2, 7):
+    out = mantissa.const_like(0)
+    for value in range(-2, (max_exponent + 30) // 16 - 1):
       index = value + offset
       if 0 <= index < len(TWO_OVER_PI_WORDS):
         out = q.eq(value).where(TWO_OVER_PI_WORDS[index], out).cast(u32)
     return out
-  words = [word(i) for i in range(7)]
-  # W's six 16-bit limbs, least significant first
-  limbs = [((words[i] << rho) | (words[i + 1] >> (16 - rho))) & 0xFFFF for i in range(5, -1, -1)]
+  words = [word(i) for i in range(n + 1)]
+  # W's n 16-bit limbs, least significant first
+  limbs = [((words[i] << rho) | (words[i + 1] >> (16 - rho))) & 0xFFFF for i in range(n - 1, -1, -1)]
   low, high = mantissa & 0xFFFF, mantissa >> 16
-  columns = [a.const_like(0).cast(u32) for _ in range(6)]
+  columns = [mantissa.const_like(0) for _ in range(n)]
   for i, limb in enumerate(limbs):
     for k, m in ((0, low), (1, high)):
-      if i + k < 6:
+      if i + k < n:
         product = m * limb  # below 2**32
         columns[i + k] = columns[i + k] + (product & 0xFFFF)
-        if i + k + 1 < 6:
+        if i + k + 1 < n:
           columns[i + k + 1] = columns[i + k + 1] + (product >> 16)
+  return _carried(columns)
+
+
+def _carried(columns: list) -> list:
+  """Columns of 16-bit digits with sums below 2**32 as digits, the carry out of the top one dropped (mod 4)."""
   digits, carry = [], 0
   for column in columns:
     total = column + carry
     digits.append(total & 0xFFFF)
     carry = total >> 16
+  return digits
+
+
+def _nearest_quadrant(digits, dtype):
+  """(r, j) with digits (a 2/pi mod 4, as _times_two_over_pi gives it) = j + r 2/pi, |r| <= pi/4, j an int32 in
+  [0, 4); r in `dtype`, from the digits that are exact (those above 2**(26 - 16 n))."""
+  u32 = dtypes.uint32
+  exact = (16 * len(digits) - 40) // 16 + 1
   # the top digit: 2 integer bits, then 14 bits of fraction; round to the nearest quadrant
-  quadrant, fraction = digits[5] >> 14, [digits[2], digits[3], digits[4], digits[5] & 0x3FFF]
-  up = (digits[5] & 0x2000).ne(0)
+  top = digits[-1]
+  quadrant, fraction = top >> 14, digits[-exact:-1] + [top & 0x3FFF]
+  up = (top & 0x2000).ne(0)
   negated, carry = [], 1
-  for i, digit in enumerate(fraction):  # 1 - fraction, in the same 62 bits
-    total = (digit ^ (0x3FFF if i == 3 else 0xFFFF)) + carry
-    negated.append(total & (0x3FFF if i == 3 else 0xFFFF))
-    carry = total >> (14 if i == 3 else 16)
+  for i, digit in enumerate(fraction):  # 1 - fraction, in the same bits
+    last = i == len(fraction) - 1
+    total = (digit ^ (0x3FFF if last else 0xFFFF)) + carry
+    negated.append(total & (0x3FFF if last else 0xFFFF))
+    carry = total >> (14 if last else 16)
   fraction = [up.where(n, d) for n, d in zip(negated, fraction)]
-  magnitude = a.const_like(0.0)
-  for digit, scale in zip(fraction, (2.0 ** -62, 2.0 ** -46, 2.0 ** -30, 2.0 ** -14)):
-    magnitude = magnitude + digit.cast(F32) * scale  # positive terms, smallest first
+  magnitude = fraction[0].const_like(0).cast(dtype)
+  for i, digit in enumerate(fraction):  # positive terms, smallest first
+    magnitude = magnitude + digit.cast(dtype) * 2.0 ** (-14 - 16 * (len(fraction) - 1 - i))
   r = magnitude * (math.pi / 2)
   return up.where(minus(r), r), ((quadrant + up.cast(u32)) & 3).cast(dtypes.int32)
+
+
+def _reduce_pi_over_2(a):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4, j an int32 in [0, 4), for float32 a >= pi/4 (finite):
+  Payne and Hanek's reduction of a = M 2**E, E in [-24, 104]."""
+  b = bits(a)
+  exponent = (b >> 23).cast(dtypes.int32) - 150
+  mantissa = (b & typed(b, 0x7FFFFF)) | typed(b, 0x800000)
+  return _nearest_quadrant(_times_two_over_pi(mantissa, exponent, 104, 6), F32)
+
+
+def _reduce_pi_over_2_64(a):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), j an int32 in [0, 4), |r| < pi/4 + 1, for float64 a >= 1 (finite).
+
+  a's 53-bit significand is split in parts of 24, 24 and 5 bits, M_k 2**E_k: those of E_k >= -24 are reduced
+  together (their 2/pi multiples summed mod 4 in integers), the others (below 1) added to r as they are.
+  """
+  u32, i32 = dtypes.uint32, dtypes.int32
+  b = bits(a)
+  exponent = (b >> 52).cast(i32) - 1075
+  significand = (b & typed(b, (1 << 52) - 1)) | typed(b, 1 << 52)
+  columns, rest = [a.const_like(0).cast(u32) for _ in range(10)], a.const_like(0.0)
+  for shift, width in ((29, 24), (5, 24), (0, 5)):
+    mantissa = ((significand >> shift) & typed(significand, (1 << width) - 1)).cast(u32)
+    part_exponent = exponent + shift
+    reduced = part_exponent >= -24
+    digits = _times_two_over_pi(mantissa, reduced.where(part_exponent, 0), 1000, 10)
+    columns = [c + reduced.where(d, 0).cast(u32) for c, d in zip(columns, digits)]
+    # NB: 2**E_k as a float64 from its bits (E_k >= -1075 + 0 here: a >= 1)
+    scale = ((part_exponent + 1023).cast(dtypes.int64).cast(dtypes.uint64) << 52).bitcast(F64)
+    rest = rest + reduced.where(0.0, mantissa.cast(F64) * scale)
+  r, quadrant = _nearest_quadrant(_carried(columns), F64)
+  return r + rest, quadrant
 
 
 def _sin_cos32(x):
@@ -383,6 +430,11 @@ def _sin_cos32(x):
   # NB: with r's sign: on a constant r = 0, tinygrad folds (0 * z * p) + 0 to the product, whose sign is p's
   sin_r = with_sign(r * z * poly(z, SIN32) + r, r)
   cos_r = (z * z * poly(z, COS32) + z * -0.5) + 1.0
+  return _in_quadrant(x, sin_r, cos_r, quadrant, finite)
+
+
+def _in_quadrant(x, sin_r, cos_r, quadrant, finite):
+  """(sin x, cos x) from those of r, where |x| = r + quadrant pi/2 (mod 2 pi); NaN where x is not finite."""
   swap = (quadrant & 1).eq(1)
   sin_a, cos_a = swap.where(cos_r, sin_r), swap.where(sin_r, cos_r)
   sin_a = (quadrant >= 2).where(minus(sin_a), sin_a)
@@ -408,25 +460,21 @@ def _expm1_64(x):
 def _sin_cos64(x):
   """(sin x, cos x) of float64 x.
 
-  NB: tinygrad computes cos(x) as sin(pi/2 - x), which loses the argument for large |x|: 1 - 2 sin(x/2)^2 here.
   NB: tinygrad's sin reduces arguments exactly only when they have at most 24 significant bits (its float64 error
-  is 1e-8 at |x| = 100): wider ones are split in three such parts, recombined by the angle sums (good to 1e-15
-  below |x| = 1e30, 1e-9 at 1e38; XLA stays exact beyond).
+  is 1e-8 at |x| = 100): from |x| = 8 on, x is reduced exactly (Payne and Hanek) and tinygrad computes sin and cos
+  of the remainder.
+  NB: tinygrad computes cos(x) as sin(pi/2 - x), which loses the argument for large |x|: 1 - 2 sin(x/2)^2 here.
   """
   def narrow_sin_cos(v):
     half = (v * 0.5).sin()
     return v.sin(), 1 - 2 * half * half
-  rest, sum_sin, sum_cos = x, None, None
-  for last in (False, False, True):
-    rest_bits = bits(rest)
-    top_24 = typed(rest_bits, ((1 << 64) - 1) ^ ((1 << 29) - 1))
-    part = rest if last else (rest_bits & top_24).bitcast(F64)  # the top 24 bits
-    rest = rest - part
-    s, c = narrow_sin_cos(part)
-    sum_sin, sum_cos = (s, c) if sum_sin is None else (sum_sin * c + sum_cos * s, sum_cos * c - sum_sin * s)
+  a = fabs(x)
+  near = a < 8  # exact enough unreduced, and keeps the sign of -0.0
+  finite = a < math.inf
+  r, quadrant = _reduce_pi_over_2_64((near | ~finite).where(8.0, a))
+  far_sin, far_cos = _in_quadrant(x, *narrow_sin_cos(r), quadrant, finite)
   sin, cos = narrow_sin_cos(x)
-  near = fabs(x) < 8  # exact enough unsplit, and keeps the sign of -0.0
-  return near.where(sin, sum_sin), near.where(cos, sum_cos)
+  return near.where(sin, far_sin), near.where(cos, far_cos)
 
 
 def _keep_zero(fn):
