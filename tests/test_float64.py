@@ -14,6 +14,7 @@ from tinyjax.backends import selection
 from tinyjax.backends.tinygrad import TinygradBackend
 
 from oracle import check
+from xfail import device_under_test
 
 F64_EDGES = np.array([0.1, -0.0, np.nan, np.inf, -np.inf, 1e300, 1e-300, -2.5, 77.25], np.float64)
 
@@ -28,10 +29,12 @@ def x64():
 
 @pytest.fixture
 def no_float64(x64, monkeypatch, request):
-  """A tinygrad CPU backend that says its device has no float64 (tinygrad's CPU has it), in effect for the test."""
-  backend = TinygradBackend("CPU")
-  has = TinygradBackend.supports_dtype
-  monkeypatch.setattr(backend, "supports_dtype", lambda dtype: dtype != np.float64 and has(backend, dtype))
+  """The device under test without float64, in effect for the test: WEBGPU as it is; a device with float64 (CPU, CL)
+  through a backend of its own that says it has none."""
+  backend = TinygradBackend(device_under_test() or "CPU")
+  if backend.supports_dtype(np.float64):
+    has = TinygradBackend.supports_dtype
+    monkeypatch.setattr(backend, "supports_dtype", lambda dtype: dtype != np.float64 and has(backend, dtype))
   name = f"no-float64:{request.node.name}"
   monkeypatch.setitem(selection._backends, ("tinygrad", name), backend)
   with tinyjax.default_device(name):

@@ -61,6 +61,9 @@ def available_devices() -> list[Device]:
   return [Device("tinygrad", name) for name in TgDevice.get_available_devices()]
 
 
+_PENDING_COPIES_KEPT = 64
+
+
 class TinygradBackend(Backend):
   name = "tinygrad"
 
@@ -89,7 +92,17 @@ class TinygradBackend(Backend):
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
-    return self._copy_in(host).realize()
+    buffer = self._copy_in(host).realize()
+    self._release_copied_hosts()
+    return buffer
+
+  def _release_copied_hosts(self):
+    """NB: tinygrad's OpenCL runtime keeps each host array it copies from until its queue is synchronized
+    (ops_cl.py, pending_copyin): a training loop that passes NumPy batches to every call and reads no result grew
+    by a batch a step. A synchronization every _PENDING_COPIES_KEPT copies frees them."""
+    from tinygrad import Device
+    if len(getattr(Device[self.tg_device], "pending_copyin", ())) > _PENDING_COPIES_KEPT:
+      Device[self.tg_device].synchronize()
 
   def _copy_in(self, host):
     """A C-contiguous, writable host array as a lazy copy on the device."""
