@@ -439,6 +439,7 @@ def test_random_programs_match_jax(program):
   check_program(program)
 
 
+@pytest.mark.float64
 @SETTINGS
 @given(st.data())
 def test_random_programs_match_jax_x64(data):
@@ -546,6 +547,8 @@ FIXED = {
 }
 
 
-@pytest.mark.parametrize("name", FIXED)
+@pytest.mark.parametrize("name", [param(name, name=name, id=name,
+                                          marks=[pytest.mark.float64] if "float64" in name else [])
+                                    for name in FIXED])
 def test_fixed_difference(name):
   FIXED[name]()

@@ -207,9 +207,9 @@ def test_scipy_qr_pivoting(shape, mode):
   param(np.eye(3), name="qr pivoting", id="equal norms"),  # ties go to the first column, and stay exact ties
   param([[0, 1, 2], [0, 3, 4], [0, 5, 6]], name="qr pivoting", id="zero column"),
   param([[1, 2, 0], [0, 0, 0], [0, 0, 1]], name="qr pivoting", id="rank deficient"),
-  param([[1, 2], [np.nan, 3], [4, 5]], name="qr pivoting", id="NaN"),  # a NaN norm first is kept, as idamax does
-  param([[1, 2], [3, np.nan], [4, 5]], name="qr pivoting", id="NaN later"),
-  param([[1, 2], [np.inf, 3], [4, 5]], name="qr pivoting", id="inf"),
+  param([[1, 2], [np.nan, 3], [4, 5]], name="qr pivoting with NaN or inf", id="NaN"),  # a NaN norm first is kept, as idamax does
+  param([[1, 2], [3, np.nan], [4, 5]], name="qr pivoting with NaN or inf", id="NaN later"),
+  param([[1, 2], [np.inf, 3], [4, 5]], name="qr pivoting with NaN or inf", id="inf"),
 ])
 def test_scipy_qr_pivoting_special(a):
   close(lambda np_, x: SCIPY[np_].qr(x, pivoting=True), np.array(a, np.float32))
