@@ -70,6 +70,12 @@ WEIGHTS = In("weights", lambda: np.array([0.5, 1.0, -1.0, 2.0, 0.25, 4.0], np.fl
 FLAT_IDX = In("flat_idx", lambda: np.array([0, 5, 11, 7], np.int32))
 ROWS = In("rows", lambda: np.array([0, 2, 3, -1], np.int32))  # 3 and -1 out of range for 3 rows
 COLS = In("cols", lambda: np.array([1, 3, 0, 5], np.int32))
+# the mixed dtypes JAX's own tests draw for polyadd, column_stack, searchsorted and histogram
+I16_ROW = In("i16_row", lambda: np.array([1, -2, 3], np.int16))
+I8_ROW = In("i8_row", lambda: np.array([-128, 0, 127], np.int8))
+U8_ROW = In("u8_row", lambda: np.array([0, 200, 255], np.uint8))
+F32_COL = In("f32_col", lambda: _f32([1.0], [-0.0], [NAN]))
+SORTED_NAN = In("sorted_nan", lambda: np.array([-INF, -1.0, 2.0, INF, NAN], np.float32))  # NaN sorts last
 EMPTY = In("empty", lambda: np.zeros((0,), np.float32))
 EMPTY_2D = In("empty_2d", lambda: np.zeros((0, 3), np.float32))
 
@@ -314,6 +320,7 @@ STATISTICS = [
   c("nanquantile", F32_NAN, 0.25), c("nanquantile", F32_NAN, 0.75, axis=1, method="higher"),
   c("median", F32), c("median", F32_NAN, axis=0), c("nanmedian", F32_NAN), c("nanmedian", F32_NAN, axis=1),
   c("histogram", F32, bins=SORTED), c("histogram", F32_EDGE, bins=2, range=(0.0, 1.0), density=True),
+  c("histogram", I32_SMALL, bins=4), c("histogram", VEC, bins=3, weights=VEC_Y, density=True),
   c("histogram2d", VEC3, VEC3, bins=[2, 3], range=[[0, 1], [-2, 2]]), c("histogramdd", F32, bins=2),
   c("histogram_bin_edges", F32, bins=3), c("histogram_bin_edges", F32, bins=2, range=(0.0, 4.0)),
   c("bincount", COUNTS), c("bincount", COUNTS, length=4), c("bincount", COUNTS, weights=WEIGHTS, minlength=8),
@@ -322,6 +329,7 @@ STATISTICS = [
   c("diff", F32), c("diff", F32, n=2, axis=0), c("diff", VEC, prepend=0.0, append=VEC3), c("diff", BOOL),
   c("diff", I32), c("ediff1d", VEC), c("ediff1d", F32, to_begin=-1.0, to_end=np.array([1.0, 2.0])),
   c("trapezoid", VEC), c("trapezoid", F32, dx=0.5, axis=0), c("trapezoid", VEC, x=VEC),
+  c("trapezoid", I32_SMALL, axis=0), c("trapezoid", F32_EDGE), c("trapezoid", F32, x=VEC3, axis=0),
   c("unwrap", PHASE, period=4.0), c("interp", F32_EDGE, SORTED, FP, left=-1.0, right=1.0),
   c("convolve", VEC, VEC3), c("convolve", VEC, VEC3, mode="same"), c("convolve", I32_EDGE, COUNTS, mode="valid"),
   c("correlate", VEC, VEC3), c("correlate", VEC, VEC3, mode="full"), c("correlate", C64, C64, mode="same"),
@@ -334,7 +342,8 @@ STATISTICS = [
 ]
 
 POLYNOMIALS = [
-  c("poly", VEC3), c("poly", SPD), c("polyadd", VEC, VEC3), c("polysub", VEC3, VEC), c("polymul", VEC, VEC3),
+  c("poly", VEC3), c("poly", SPD), c("polyadd", VEC, VEC3), c("polysub", VEC3, VEC), c("polyadd", I16_ROW, VEC),
+  c("polysub", U8_ROW, I8_ROW), raises(ValueError, "polyadd", EMPTY, VEC3), raises(IndexError, "polysub", SCALAR, I16_ROW), c("polymul", VEC, VEC3),
   c("polymul", I32_EDGE, COUNTS), c("polydiv", VEC, VEC3), c("polyder", VEC), c("polyder", VEC, m=2),
   c("polyint", VEC), c("polyint", VEC, m=2, k=np.array([1.0, 2.0])), c("polyval", VEC, F32),
   c("polyval", VEC, F32_EDGE),
@@ -362,6 +371,8 @@ SETS_AND_SEARCHING = [
   c("partition", F32_EDGE, 3), c("partition", I32, 1, axis=0), c("argpartition", F32, 2, axis=1),
   c("sort_complex", C64), c("sort_complex", VEC), c("sort_complex", I32_EDGE),
   c("searchsorted", SORTED, F32_EDGE), c("searchsorted", SORTED, VEC, side="right", method="sort"),
+  c("searchsorted", SORTED_NAN, F32_EDGE), c("searchsorted", SORTED_NAN, F32_EDGE, side="right"),
+  c("searchsorted", SORTED_NAN, F32_EDGE, method="compare_all"), c("searchsorted", SORTED_NAN, F32_EDGE, method="sort"),
   c("searchsorted", I32_EDGE, I32, method="compare_all"), c("searchsorted", VEC, VEC3, sorter=np.array([1, 2, 0, 3])),
   c("digitize", F32_EDGE, SORTED, right=True),
   c("where", BOOL, F32, I32), c("where", BOOL, F32, 0.0), c("where", BOOL, 1, 2), c("where", F32_EDGE),
@@ -389,6 +400,7 @@ SHAPES = [
   c("concatenate", [EMPTY_2D, SQ]), c("concat", [F32, F32], axis=-1), c("concat", [VEC, VEC3], axis=None),
   c("stack", [VEC, VEC]), c("stack", [F32, F32], axis=-1), c("hstack", [F32, F32]), c("hstack", [VEC, VEC3]),
   c("vstack", [F32, VEC]), c("dstack", [F32, F32]), c("column_stack", [VEC, VEC]), c("column_stack", [F32, VEC3]),
+  c("column_stack", [I8_ROW, U8_ROW]), c("column_stack", (I16_ROW, F32_COL)),
   c("block", [[F32, F32], [F32, F32]]), c("block", [VEC, VEC3]),
   c("split", F32, 2, axis=1), c("split", VEC, [1, 3]), c("array_split", F32, 3, axis=1), c("array_split", VEC, 3),
   c("hsplit", F32, 2), c("vsplit", F32, [1]), c("dsplit", F32_3D, 2), c("unstack", F32, axis=1), c("unstack", VEC),
@@ -488,6 +500,8 @@ PRODUCTS = [
 INDEX_TRICKS = [
   Case("r_", (VEC, VEC3), call=lambda np, a, b: np.r_[a, 0.5, b], label="r_[vec,0.5,vec3]"),
   Case("r_", call=lambda np: np.r_[0:3, 7], label="r_[0:3,7]"),
+  Case("r_", call=lambda np: np.r_[-1:1:6j, [0] * 3, 5, 6], label="r_[-1:1:6j,[0]*3,5,6]"),
+  Case("r_", (I8_ROW, U8_ROW), call=lambda np, a, b: np.r_["0,2,1", a, b], label="r_['0,2,1',i8_row,u8_row]"),
   Case("r_", (F32, F32), call=lambda np, a, b: np.r_["1", a, b], label="r_['1',f32,f32]"),
   Case("c_", (VEC, VEC_Y), call=lambda np, a, b: np.c_[a, b], label="c_[vec,vec_y]"),
   Case("mgrid", call=lambda np: np.mgrid[0:3, 0:2], label="mgrid[0:3,0:2]"),

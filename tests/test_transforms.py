@@ -172,3 +172,14 @@ def test_replays_match_jax_and_return_fresh_buffers(name):
     results.append(f(*args(tnp.asarray(a), tnp.asarray(b))))
     expected.append(jax.jit(fn)(*args(jnp.asarray(a), jnp.asarray(b))))
   assert_like_jax(results, expected)  # earlier results unchanged by later replays: each got buffers of its own
+
+
+def test_array_creation_inside_jit_is_jaxs():
+  """zeros, ones, full and arange inside tinyjax.jit are traced as in jax.jit (arange is iota, nothing is a
+  concrete array that JAX's trace cannot read), with JAX's values."""
+  def build(np_):
+    return lambda x: (np_.zeros(3), np_.ones(x.shape) + x, np_.arange(5), np_.full((2,), 7.5) * x.sum(),
+                      np_.linspace(0.0, 1.0, 4), np_.eye(2, dtype=np.int8))
+  assert_like_jax(tinyjax.jit(build(tnp))(V), jax.jit(build(jnp))(V))
+  ours, theirs = str(tinyjax.make_jaxpr(build(tnp))(V)), str(jax.make_jaxpr(build(jnp))(V))
+  assert "iota" in ours and ours.count("iota") == theirs.count("iota")

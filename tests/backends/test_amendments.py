@@ -70,3 +70,13 @@ def test_a_range_of_a_buffer_at_any_offset(dtype):
   input 2 int32s past a 16-byte boundary, and its vector loads from there killed the CPU backend (a segfault)."""
   x = np.arange(40).astype(dtype)
   check(lambda np_, x: [y for o in range(17) for y in (np_.asarray(x)[o:o + 20], np_.asarray(x)[o:o + 20] * 2)], x)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_, np.float16])
+def test_a_gated_load_keeps_an_inexact_alternative(dtype):
+  """A float array joined with converted scalars of another dtype: tinygrad folded each piece's select into the
+  load's alternative, cast to the load's dtype, so the float piece came out truncated (jnp.r_[-1:1:6j, [0] * 3, 5])."""
+  scalars = np.array([1, 0, 1, 1], dtype)
+  check(lambda np_, x, s: np_.concatenate([x / 5, *[np_.asarray(v).astype(np.float32)[None] for v in s]]),
+        np.arange(5, dtype=np.float32) - 2.5, scalars)
+  check(lambda np_: np_.r_[-1:1:6j, [0] * 3, 5, 6])

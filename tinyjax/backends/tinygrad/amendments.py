@@ -28,12 +28,18 @@ offset, not a copy, on every device but CL and WEBGPU. Its kernels load and stor
 a 16-byte boundary (clang's `int4` is `aligned(16)`, CUDA's loads of four floats need it too): a kernel reading
 `x[2:10]` of an int32 buffer through the view read from 8 bytes past a boundary, and the CPU died of a segmentation
 fault. A view is made only where its offset is a multiple of 16 bytes; elsewhere the range is copied by a kernel.
+
+NB: tinygrad 0.14 folds `where(gate, cast(load(gated by gate)), y)` into a load whose alternative is y, cast to the
+load's dtype (codegen/late/gater.py, move_where_load): where y is not exact in that dtype, it was truncated. A float
+array concatenated with four int32 scalars converted to float32 (`jnp.r_[-1:1:6j, [0] * 3, 5, 6]`) came out with
+the float piece cut to integers (0.2 -> 0). The fold is kept where the alternative is exact in the load's dtype.
 """
 import math
 
 from tinygrad import tensor
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
+from tinygrad.codegen.late import gater
 from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
@@ -145,6 +151,20 @@ def _fix_wgsl() -> None:
   renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
 
 
+# tinygrad's move_where_load, kept where the alternative `a` is the same in the load's dtype: invalid, of that dtype,
+# a cast from it, or a constant that survives the round trip. NB: a lambda without closures in gater's names, as
+# _ADD_ZERO above: it becomes the code of tinygrad's function, which both of gater's rules call
+_MOVE_WHERE_LOAD = lambda gate, l, a, w: l.replace(src=(  # noqa: E731
+  l.src[0], l.vconst_like(0) if a.is_invalid else l.const_like(a.val) if a.op is Ops.CONST else
+  a.src[0] if a.op is Ops.CAST and a.src[0].dtype == l.dtype else a.cast(l.dtype), l.src[2])).cast(w.dtype) if (
+    a.is_invalid or l.dtype == w.dtype or a.op is Ops.CAST and a.src[0].dtype == l.dtype
+    or a.op is Ops.CONST and w.dtype.const(l.dtype.const(a.val)) == a.val) else None
+
+
+def _keep_exact_alternatives() -> None:
+  gater.move_where_load.__code__ = _MOVE_WHERE_LOAD.__code__
+
+
 VIEW_ALIGNMENT = 16  # bytes: the widest vector tinygrad's kernels load from a buffer's start
 
 
@@ -174,4 +194,5 @@ def amend() -> None:
     _keep_float_order()
     _fix_wgsl()
     _align_views()
+    _keep_exact_alternatives()
     _amended = True
