@@ -398,3 +398,11 @@ def test_reference_documents_every_command_and_option():
     for param in command.params:
       for option in param.opts:
         assert option in reference or not option.startswith("-"), (name, option)
+
+
+def test_help_imports_no_tinygrad():
+  """`tinyjax --help` answers without importing tinygrad (nor opening a device)."""
+  code = ("import sys; sys.argv = ['tinyjax', '--help']\nfrom tinyjax.cli.main import app\ntry:\n  app()\n"
+          "except SystemExit:\n  pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'tinygrad'))")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]

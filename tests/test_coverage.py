@@ -8,7 +8,7 @@ import tinyjax.backends.tinygrad  # noqa: F401  (fills the rule table)
 from tinyjax import coverage
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.table import RULES
-from tinyjax.core.program import CALL_PARAMS
+from tinyjax.ir.program import CALL_PARAMS
 
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "primitives.md"
 

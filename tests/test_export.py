@@ -19,8 +19,8 @@ from flax import linen as nn
 from typer.testing import CliRunner
 
 import tinyjax
-from tinyjax.cli.main import app
 from tinyjax import ExportError
+from tinyjax.cli.main import app
 from tinyjax.standalone.webgpu import example_inputs, read_plan
 from xfail import param
 

@@ -1,6 +1,9 @@
-"""Layers go one way: no module of tinyjax imports, at any depth or inside a function, a module that imports it back."""
+"""Layers go one way: each module of tinyjax imports (at any depth, inside a function too) only modules of its own
+layer or of those below it, and no module imports one that imports it back. docs/architecture.md names only files
+that exist."""
 import ast
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "tinyjax"
 
@@ -24,6 +27,43 @@ def imported(path: pathlib.Path) -> set[str]:
       # `from tinyjax import config` imports the module config (the package above it is everyone's parent)
       found |= submodules or {node.module}
   return {name for name in found if name in MODULES}
+
+
+# lowest first; a module belongs to the layer of the longest prefix it has here
+LAYERS = [
+  ("the IR", ("tinyjax.config", "tinyjax.ir")),
+  ("the backends", ("tinyjax.backends",)),
+  ("the front end", ("tinyjax.core",)),
+  ("the API", ("tinyjax", "tinyjax.transforms", "tinyjax.patching", "tinyjax.identity", "tinyjax.overrides",
+               "tinyjax.transfer", "tinyjax.standalone", "tinyjax.decorator", "tinyjax.coverage")),
+  ("the CLI", ("tinyjax.cli",)),
+]
+
+
+def layer_of(module: str) -> int:
+  matches = [(len(prefix), level) for level, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+             if module == prefix or module.startswith(prefix + ".")]
+  assert matches, f"{module} is in no layer"
+  return max(matches)[1]
+
+
+def test_imports_go_down_the_layers():
+  upward = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {other} ({LAYERS[layer_of(other)][0]})"
+            for name, path in MODULES.items() for other in imported(path) if layer_of(other) > layer_of(name)]
+  assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+# where docs/architecture.md's short paths (`core/buffer.py`, `tinygrad/table.py`, `mixed.py`) are relative to
+ROOTS = ["", "tinyjax", "tinyjax/core", "tinyjax/ir", "tinyjax/backends", "tinyjax/backends/tinygrad", "tinyjax/standalone", "tinyjax/cli", "docs"]
+
+
+def test_the_architecture_names_files_that_exist():
+  text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+  named = set(re.findall(r"(?<![\w/.])([\w/-]+\.(?:py|md|sh|js))\b", text))
+  assert len(named) > 20, f"docs/architecture.md names too few files to be read: {sorted(named)}"
+  named = {name for name in named if not name.startswith("NAME.")}  # an export's files, named by the user
+  missing = sorted(name for name in named if not any((PACKAGE.parent / root / name).exists() for root in ROOTS))
+  assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

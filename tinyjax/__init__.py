@@ -8,15 +8,15 @@ import jax as _jax
 
 from tinyjax import config
 from tinyjax import identity as _identity
-from tinyjax.backends.base import Device, DeviceNotFoundError, FallbackError, FallbackWarning, Float64Error
+from tinyjax.backends.check import CheckError
 from tinyjax.backends.selection import devices
-from tinyjax.check import CheckError
 from tinyjax.config import default_device
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import flush
 from tinyjax.core.mirror import mirror as _mirror
 from tinyjax.core.report import report
 from tinyjax.decorator import tiny
+from tinyjax.ir.backend import Device, DeviceNotFoundError, FallbackError, FallbackWarning, Float64Error
 from tinyjax.patching import patch
 from tinyjax.standalone import ExportError, export
 from tinyjax.transfer import device_get, device_put

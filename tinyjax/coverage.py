@@ -9,7 +9,7 @@ import jax.extend.core.primitives as jax_primitives
 
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.table import RULES
-from tinyjax.core.program import CALL_PARAMS
+from tinyjax.ir.program import CALL_PARAMS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 
 from tinyjax import identity
-from tinyjax.backends.base import Device
 from tinyjax.core import buffer, mirror, tracing
+from tinyjax.ir.backend import Device
 from tinyjax.transfer import device_put as tinyjax_device_put
 
 _TINYJAX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -2,11 +2,11 @@
 import jax
 import numpy as np
 
-from tinyjax.backends.base import Device
 from tinyjax.backends.selection import backend_for, current_backend
 from tinyjax.core.array import Array
 from tinyjax.core.buffer import Value
 from tinyjax.core.tracing import _host_aval, inside_transformation
+from tinyjax.ir.backend import Device
 
 
 def _is_array_like(x) -> bool:

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from tinyjax import config
-from tinyjax.backends.base import Backend, Compiled
+from tinyjax.ir.backend import Backend, Compiled
 
 _TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last two are timed (tinygrad: the first
 # run compiles, the second is captured by TinyJit, the third replays; XLA: the first compiles)

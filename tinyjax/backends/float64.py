@@ -20,8 +20,8 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params, primitives
 
 from tinyjax import config
-from tinyjax.backends.base import wrap_compiled
-from tinyjax.core.program import CALL_PARAMS, Const, Eqn, Program
+from tinyjax.ir.backend import wrap_compiled
+from tinyjax.ir.program import CALL_PARAMS, Const, Eqn, Program
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 # Primitives whose result depends on the bit layout of float64 (jax.random's float64 samples are built this way):

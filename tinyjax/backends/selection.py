@@ -8,7 +8,7 @@ import warnings
 
 from tinyjax import config
 from tinyjax.backends import float64
-from tinyjax.backends.base import Backend, Device, FallbackError, FallbackWarning, Float64Error
+from tinyjax.ir.backend import Backend, Device, FallbackError, FallbackWarning, Float64Error
 
 _backends: dict[tuple[str, str], Backend] = {}
 _lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made

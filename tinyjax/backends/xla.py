@@ -5,9 +5,9 @@ import collections
 import jax
 import numpy as np
 
-from tinyjax.backends.base import Backend, Compiled, Device, DeviceNotFoundError
-from tinyjax.core import keys
-from tinyjax.core.program import interpret
+from tinyjax.ir import keys
+from tinyjax.ir.backend import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.ir.program import interpret
 
 
 def available_devices() -> list[Device]:
@@ -27,7 +27,7 @@ def _const(c):
 def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
   """A jitted function from the values in `in_slots` to the values of `out_atoms`.
 
-  Typed PRNG keys enter and leave as their raw uint32 data (tinyjax.core.keys)."""
+  Typed PRNG keys enter and leave as their raw uint32 data (tinyjax.ir.keys)."""
   def run(*inputs):
     env = [None] * n_slots
     for slot, value, aval in zip(in_slots, inputs, in_avals):

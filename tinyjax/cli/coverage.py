@@ -52,7 +52,7 @@ def coverage(
   on XLA inside tinygrad programs, costing a copy each way.
   """
   from tinyjax import coverage as table
-  from tinyjax.backends.base import DeviceNotFoundError
+  from tinyjax.ir.backend import DeviceNotFoundError
   if markdown and device is None and not as_json:
     typer.echo(table.markdown(), nl=False)
     return

@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from tinyjax.backends.tinygrad.runtimes import locate_dawn
 
 # NB: tinygrad.device.ALL_DEVICES omits the emulator and the null device, which DEV can still select
 EXTRA_TINYGRAD_DEVICES = {"PYTHON": "pure-Python emulator, slow",
@@ -83,6 +82,8 @@ def tinygrad_device_names() -> list[str]:
 
 def probe_tinygrad(name: str) -> DeviceInfo:
   from tinygrad import Device
+
+  from tinyjax.backends.tinygrad.runtimes import locate_dawn
   locate_dawn()
   info = DeviceInfo("tinygrad", name, False, note=EXTRA_TINYGRAD_DEVICES.get(name, ""), hint=INSTALL_HINTS.get(name, ""))
   try:

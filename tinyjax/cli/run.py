@@ -98,7 +98,7 @@ def _check_settings() -> None:
   about a second, which a script that never flushes should not pay.
   """
   from tinyjax import config
-  from tinyjax.backends.base import DeviceNotFoundError
+  from tinyjax.ir.backend import DeviceNotFoundError
   from tinyjax.backends.selection import current_backend
   try:
     for name in config.SETTINGS:

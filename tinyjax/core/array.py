@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core  # NB: eval_context is not public
 
-from tinyjax.backends.base import Device
-from tinyjax.core import keys, tracing
+from tinyjax.core import tracing
+from tinyjax.ir import keys
+from tinyjax.ir.backend import Device
 
 
 def _jax_method(name):

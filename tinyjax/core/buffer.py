@@ -16,9 +16,10 @@ import weakref
 import numpy as np
 from jax.extend.core import Literal
 
-from tinyjax import check, config
+from tinyjax import config
+from tinyjax.backends import check
 from tinyjax.core import report
-from tinyjax.core.program import Builder
+from tinyjax.ir.program import Builder
 
 
 class Value:

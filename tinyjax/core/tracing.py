@@ -26,12 +26,13 @@ from jax._src import core as jax_core  # NB: the current trace (are we inside a 
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
-from tinyjax.backends.base import Device
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
-from tinyjax.core import buffer, keys
-from tinyjax.core.report import record_eager
+from tinyjax.core import buffer
 from tinyjax.core.buffer import DeletedValue, Value
-from tinyjax.core.program import program_of
+from tinyjax.core.report import record_eager
+from tinyjax.ir import keys
+from tinyjax.ir.backend import Device
+from tinyjax.ir.program import program_of
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VALUE_DEPENDENT = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,

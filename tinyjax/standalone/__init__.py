@@ -38,7 +38,7 @@ class Exported:
 
 
 def _backend(target: str):
-  from tinyjax.backends.base import DeviceNotFoundError
+  from tinyjax.ir.backend import DeviceNotFoundError
   from tinyjax.backends.tinygrad import TinygradBackend
   try:
     return TinygradBackend(TARGETS[target])

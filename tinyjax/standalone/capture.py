@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr
 
-from tinyjax.core.program import CALL_PARAMS, Eqn, program_of
+from tinyjax.ir.program import CALL_PARAMS, Eqn, program_of
 
 
 class ExportError(ValueError):
@@ -255,17 +255,20 @@ def _view_of(uop):
 def _run_lazily(backend, program, inputs):
   """The program's outputs as tinygrad Tensors, realized into buffers while the capture is installed."""
   from tinygrad import Tensor
+
+  from tinyjax.backends.tinygrad.amendments import kernel_context
   outs = backend._execute(program, backend.plan(program).steps, list(inputs))
   if any(isinstance(t, np.ndarray) for t in outs):
     raise ExportError(f"an output's dtype is one tinygrad's {backend.tg_device} device lacks")
   outs = [t.contiguous() for t in outs]
-  Tensor.realize(*outs)
-  # NB: an output tinygrad folded into a constant (jnp.ones) has no buffer: a kernel must write it
-  folded = [i for i, t in enumerate(outs) if _view_of(t.uop) is None]
-  for i in folded:
-    outs[i] = outs[i].clone()
-  if folded:
-    Tensor.realize(*(outs[i] for i in folded))
+  with kernel_context(**backend.contexts):
+    Tensor.realize(*outs)
+    # NB: an output tinygrad folded into a constant (jnp.ones) has no buffer: a kernel must write it
+    folded = [i for i, t in enumerate(outs) if _view_of(t.uop) is None]
+    for i in folded:
+      outs[i] = outs[i].clone()
+    if folded:
+      Tensor.realize(*(outs[i] for i in folded))
   return outs
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from tinyjax import config
 from tinyjax.backends import float64, mixed, xla
-from tinyjax.backends.base import (Backend, Compiled, Device, DeviceNotFoundError, FallbackError,
+from tinyjax.ir.backend import (Backend, Compiled, Device, DeviceNotFoundError, FallbackError,
                                    FallbackWarning)
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting, special)
@@ -25,15 +25,13 @@ from tinyjax.backends.tinygrad.table import (EXPANSIONS, KEY_LAYOUTS, KEY_RULES,
                                              uses_host_sync)
 from jax.extend.core import ClosedJaxpr
 
-from tinyjax.core import keys
-from tinyjax.core.program import interpret, program_of, read_outputs
-from tinyjax.backends.tinygrad.kernel_opts import amend_hand_coded_optimizations
-from tinyjax.backends.tinygrad.amendments import amend
+from tinyjax.backends.tinygrad.amendments import amend, kernel_context
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
+from tinyjax.ir import keys
+from tinyjax.ir.program import interpret, program_of, read_outputs
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
 amend()  # before any kernel: tinygrad compiles its rules at their first use
-amend_hand_coded_optimizations()
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -81,7 +79,6 @@ class TinygradBackend(Backend):
     self.tg_device = name
     self.device = Device("tinygrad", requested or name)
     self.contexts: dict[str, str] = {}  # tinygrad settings its kernels compile under (EMULATED_DTYPES, from probes)
-    _share_compile_cache_across_threads()
 
   # --- moving data
   def put(self, host):
@@ -260,12 +257,8 @@ class TinygradBackend(Backend):
     NB: a safety net for tinygrad code-generation bugs (e.g. clang rejecting a generated kernel): the result is
     still JAX's, and the report counts the program's equations as XLA's.
     """
-    from tinygrad.helpers import Context
     try:
-      # NB: TUPLE_ORDER=0: tinygrad's linearizer otherwise breaks priority ties by comparing whole expression
-      # trees (UOp.tuplize), which is exponential in the depth of an expression that reuses its operands
-      # (50 steps of `x = sin(x) * a + b - x * c` took 150 s to compile, 2 s without)
-      with Context(TUPLE_ORDER=0, **self.contexts):
+      with kernel_context(**self.contexts):
         return runner(inputs)
     except (*_TINYGRAD_COMPILE_FAILURES, RuntimeError) as error:
       if isinstance(error, RuntimeError) and not str(error).startswith(_TINYGRAD_CODEGEN_BUGS):
@@ -313,24 +306,6 @@ def _compiler_messages_silenced():
   finally:
     os.dup2(saved, 2)
     os.close(saved)
-
-
-@functools.cache
-def _share_compile_cache_across_threads():
-  """Reopen tinygrad's compile cache (one SQLite connection) usable from any thread.
-
-  NB: by default only the thread that opened it may use it: a flush from another thread failed with
-  sqlite3.ProgrammingError. Flushes are serialised by a lock (core/buffer.py), so one shared connection is safe.
-  """
-  import sqlite3
-  from unittest import mock
-
-  from tinygrad import helpers
-  if helpers.CACHELEVEL < 1:
-    return
-  helpers._db_connection = None
-  with mock.patch.object(helpers.sqlite3, "connect", functools.partial(sqlite3.connect, check_same_thread=False)):
-    helpers.db_connection()
 
 
 class KernelCompileError(FallbackError):

@@ -1,7 +1,8 @@
-"""tinyjax's amendments to tinygrad 0.14: IEEE division on every renderer, its simplifier, its C-style renderers and
-its WGSL renderer, as tinyjax's rules need them (the kernel heuristic's amendment is a policy of its own:
-kernel_opts). `amend()` makes them once, before tinygrad rewrites any kernel; tests/backends/test_amendments.py and
-test_elementwise.py's test_every_renderer_divides check them.
+"""Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
+IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
+its compile cache shared across threads, and its kernel heuristic (a policy of its own: kernel_opts.py).
+`kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
+export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
 NB: tinygrad 0.14's simplifier folds x + 0 -> x and x * 0 -> 0 for every dtype, whenever one operand is the constant
 zero, also one it computed itself (`x > x` is False, a sum over nothing is 0, an upcast loop's first index is 0).
@@ -34,15 +35,18 @@ load's dtype (codegen/late/gater.py, move_where_load): where y is not exact in t
 array concatenated with four int32 scalars converted to float32 (`jnp.r_[-1:1:6j, [0] * 3, 5, 6]`) came out with
 the float piece cut to integers (0.2 -> 0). The fold is kept where the alternative is exact in the load's dtype.
 """
+import functools
 import math
 
 from tinygrad import tensor
+from tinygrad.codegen.late import gater
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
-from tinygrad.codegen.late import gater
 from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
+
+from tinyjax.backends.tinygrad import kernel_opts
 
 # The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
 # NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
@@ -182,6 +186,34 @@ def _align_views() -> None:
   tensor._make_buffer_view = _aligned_view(tensor._make_buffer_view)
 
 
+def _share_compile_cache_across_threads() -> None:
+  """Reopen tinygrad's compile cache (one SQLite connection) usable from any thread.
+
+  NB: by default only the thread that opened it may use it: a flush from another thread failed with
+  sqlite3.ProgrammingError. Flushes are serialised by a lock (core/buffer.py), so one shared connection is safe.
+  """
+  import sqlite3
+  from unittest import mock
+
+  from tinygrad import helpers
+  if helpers.CACHELEVEL < 1:
+    return
+  helpers._db_connection = None
+  with mock.patch.object(helpers.sqlite3, "connect", functools.partial(sqlite3.connect, check_same_thread=False)):
+    helpers.db_connection()
+
+
+def kernel_context(**settings):
+  """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
+  device's EMULATED_DTYPES).
+
+  NB: TUPLE_ORDER=0: tinygrad's linearizer otherwise breaks priority ties by comparing whole expression trees
+  (UOp.tuplize), which is exponential in the depth of an expression that reuses its operands.
+  """
+  from tinygrad.helpers import Context
+  return Context(TUPLE_ORDER=0, **settings)
+
+
 _amended = False
 
 
@@ -195,4 +227,6 @@ def amend() -> None:
     _fix_wgsl()
     _align_views()
     _keep_exact_alternatives()
+    _share_compile_cache_across_threads()
+    kernel_opts.amend_hand_coded_optimizations()
     _amended = True

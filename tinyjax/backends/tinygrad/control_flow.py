@@ -2,12 +2,12 @@
 stop_gradient, optimization_barrier and device_put.
 
 NB: the call primitives (jit, custom_jvp_call, custom_vjp_call, remat, closed_call) have no rule here: the
-program builder inlines their jaxprs (tinyjax.core.program.CALL_PARAMS), recursively, so that each equation
+program builder inlines their jaxprs (tinyjax.ir.program.CALL_PARAMS), recursively, so that each equation
 inside runs where it is supported.
 
 Sub-jaxprs (branches, bodies) run through `ctx.backend.run_jaxpr`, with the same rules, lazily. The backend runs a
 control-flow primitive here only when its sub-jaxprs are wholly native (else XLA runs all of it). Typed PRNG keys
-pass through as their raw data (tinyjax.core.keys), so every rule here takes them.
+pass through as their raw data (tinyjax.ir.keys), so every rule here takes them.
 
 cond evaluates every branch and selects the results, so that its program stays capturable by TinyJit (unless a
 branch holds a data-dependent loop). while reads its predicate on the host each iteration. Loop steps cost what
@@ -22,7 +22,7 @@ from tinygrad import Tensor, TinyJit, Variable, dtypes
 
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
-from tinyjax.core import keys
+from tinyjax.ir import keys
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
 SCAN_CHUNK = 8  # steps per realize (lazy scans) or per TinyJit replay (longer scans)

@@ -1,7 +1,7 @@
 """Random bits: random_seed, random_bits, random_split, random_fold_in, random_wrap, random_unwrap, random_clone
 and threefry2x32, bit-identical to JAX's threefry2x32 PRNG; and the layout primitives on typed keys.
 
-A typed threefry key array (`key<fry>[*K]`) is, on tinygrad, its raw data: uint32[*K, 2] (tinyjax.core.keys).
+A typed threefry key array (`key<fry>[*K]`) is, on tinygrad, its raw data: uint32[*K, 2] (tinyjax.ir.keys).
 The hashes follow JAX's partitionable scheme (jax_threefry_partitionable, on by default): random_bits and
 random_split hash the 64-bit iota of the output shape, split into two uint32 counters.
 """

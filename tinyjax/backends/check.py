@@ -23,9 +23,9 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
 from tinyjax.backends import float64
-from tinyjax.backends.base import Backend, wrap_compiled
 from tinyjax.backends.selection import backend_for
-from tinyjax.core.program import Program
+from tinyjax.ir.backend import Backend, wrap_compiled
+from tinyjax.ir.program import Program
 
 # Relative tolerance by dtype: looser than the oracle tests' per rule, since a program accumulates the per-rule
 # differences (tinygrad's transcendental functions, reassociated sums, fused multiply-adds).

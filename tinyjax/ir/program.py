@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
-from tinyjax.core import keys
+from tinyjax.ir import keys
 
 # The call primitives inlined by `flatten`, and the parameter that holds the called jaxpr.
 CALL_PARAMS = {"jit": "jaxpr", "closed_call": "call_jaxpr", "call": "call_jaxpr",
