@@ -110,7 +110,9 @@ def check_lax(name, *args, native_only=True, rtol=None, atol=None, **params):
   return actual
 
 
-def check_traced(fn, *args, **kwargs):
-  """fn, written against JAX (lax calls with static arguments, flax), run by JAX and traced whole by tinyjax."""
+def check_traced(fn, *args, jax_jit=False, **kwargs):
+  """fn, written against JAX (lax calls with static arguments, flax), run by JAX (eagerly, or under jax.jit with
+  `jax_jit`) and traced whole by tinyjax."""
   from tinyjax.core.mirror import wrap
-  return check(lambda np_, *xs: fn(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
+  reference = jax.jit(fn) if jax_jit else fn
+  return check(lambda np_, *xs: reference(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)

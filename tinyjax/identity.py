@@ -22,7 +22,7 @@ Read this module to know what tinyjax pretends and how. Three parts:
    over JAX's. The deliberate differences are listed, with reasons, in tests/test_identity.py.
 
 3. **JAX's errors.** tinyjax functions trace JAX's own code, so a wrong call raises JAX's exception with JAX's
-   message; `jax_error` removes the frames and names of tinyjax's machinery from what the user sees.
+   message.
 
 For issue 13's patch mode (tinyjax behind `import jax`): `MODULES` is the list of JAX modules and how each is
 mirrored, `mirror_module(name)` makes the tinyjax module of any JAX module name, `register_array_with_jax` is
@@ -146,16 +146,5 @@ if not any(isinstance(finder, MirrorFinder) for finder in sys.meta_path):
   # right after the finder of files: tinyjax's own files come first, and an editable install of another checkout
   # (a finder further down) cannot serve its stale copy of a module made here
   sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, MirrorFinder())
-
-# --- 3. JAX's errors
-
-
-def jax_error(error: BaseException) -> BaseException:
-  """`error` as JAX raised it for the user's call: tinyjax's frames dropped from its traceback."""
-  tb = error.__traceback__
-  while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith("tinyjax."):
-    tb = tb.tb_next
-  return error.with_traceback(tb)
-
 
 register_array_with_jax()

@@ -20,7 +20,6 @@ imported earlier), JAX's scalar types (`jnp.float32(1.0)`), and `jax.Array`s JAX
 """
 import functools
 import importlib
-import os
 import pkgutil
 import sys
 import types
@@ -31,9 +30,9 @@ import jax.numpy as jnp
 from tinyjax import identity
 from tinyjax.core import buffer, mirror, tracing
 from tinyjax.ir.backend import Device
+from tinyjax.ir.source import is_tinyjax_file
 from tinyjax.transfer import device_put as tinyjax_device_put
 
-_TINYJAX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TRANSFORMS = ("grad", "value_and_grad", "vmap", "jacfwd", "jacrev", "jacobian", "hessian", "checkpoint", "remat")
 # NB: JAX picks a reduction's primitive by the identity of the function passed (`lax.reduce_window(x, 0., lax.add,
 # ...)` is reduce_window_sum, differentiable; any other function a generic reduce_window, not): these stay JAX's.
@@ -50,7 +49,7 @@ def _for_tinyjax() -> bool:
   """Whether a replacement should compute on tinyjax: the patch is on, its caller is not tinyjax itself, and no JAX
   trace is current (inside jit, grad, vmap, scan, ... JAX's own function is what JAX stages)."""
   return (_on and not tracing.inside_transformation()
-          and not sys._getframe(2).f_code.co_filename.startswith(_TINYJAX_DIR))
+          and not is_tinyjax_file(sys._getframe(2).f_code.co_filename))
 
 
 def _dispatching(original, replacement):

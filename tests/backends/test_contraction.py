@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from helpers import values
 from oracle import check, check_lax, check_traced
 from tinyjax.core.report import collecting
 from xfail import param
@@ -18,13 +19,7 @@ TOLERANCE = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float16: dict(rtol=2e-3,
 
 def data(shape, dtype, seed=0):
   """Random values of a dtype: normal floats, integers in [-100, 100] (clipped to the dtype), fair booleans."""
-  rng = np.random.default_rng(seed)
-  if dtype == np.bool_:
-    return rng.random(shape) < 0.5
-  if np.issubdtype(dtype, np.integer):
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
-  return rng.standard_normal(shape).astype(dtype)
+  return values(shape, dtype, seed, small_ints=True)
 
 
 # --- dot_general

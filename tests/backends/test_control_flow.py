@@ -1,5 +1,7 @@
 """cond, while and scan on tinygrad (and what JAX builds from them: switch, fori_loop, an RNN and its gradient,
 jnp.diagonal's platform_index), custom_linear_solve, stop_gradient and optimization_barrier, against JAX."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,14 +10,13 @@ from jax import lax
 
 import tinyjax
 import tinyjax.lax
+import oracle
 from oracle import check, native
 from tinyjax.backends.tinygrad import control_flow
 from tinyjax.core.mirror import wrap
 
 
-def check_traced(fn, *args, **kwargs):
-  """fn, written against JAX, traced whole by JAX (jit) and by tinyjax."""
-  return check(lambda np_, *xs: jax.jit(fn)(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
+check_traced = functools.partial(oracle.check_traced, jax_jit=True)  # JAX's side traced whole too (jax.jit)
 
 
 def lax_of(np_):

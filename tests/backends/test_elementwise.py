@@ -15,14 +15,12 @@ import pytest
 from jax import lax
 from jax.extend.core import primitives
 
+from helpers import dtype_name
 from oracle import check, check_lax, check_traced
 from xfail import param
 
 F32, F16 = np.float32, np.float16
 
-
-def name(dtype):
-  return np.dtype(dtype).name
 
 
 # --- edge values
@@ -84,7 +82,7 @@ def test_unary_float(prim, dtype):
 
 
 @pytest.mark.parametrize("method", [0, 1], ids=["away_from_zero", "to_nearest_even"])
-@pytest.mark.parametrize("dtype", [F32, F16], ids=name)
+@pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
 def test_round(method, dtype):
   halves = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.4, 2 ** 23 + 1, 1e30], np.float64)
   check_lax("round", np.concatenate([float_values(dtype), halves.astype(dtype)]), rounding_method=method)
@@ -95,12 +93,12 @@ def test_integer_pow_float(y):
   check_lax("integer_pow", moderate_values(F32), y=y)
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint32], ids=name)
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint32], ids=dtype_name)
 def test_integer_pow_int(dtype):
   check_lax("integer_pow", int_values(dtype), y=5)  # wraps around
 
 
-@pytest.mark.parametrize("dtype", [F32, F16], ids=name)
+@pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
 def test_reduce_precision(dtype):
   x = float_values(dtype)
   bits = [(5, 10), (8, 7), (4, 3)] if dtype == F32 else [(5, 4), (4, 3)]
@@ -126,7 +124,7 @@ def test_rem_is_exact():
   check_lax("rem", x, y, rtol=0)
 
 
-@pytest.mark.parametrize("dtype", [F32, F16], ids=name)
+@pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
 def test_division_by_a_broadcast_operand(dtype):
   """XLA divides by a broadcast operand as a multiplication by its reciprocal: bit for bit the same here."""
   x = (np.arange(1, 201) * 1.37).astype(dtype)
@@ -147,7 +145,7 @@ def test_pow_integer_exponent():
 
 
 @pytest.mark.parametrize("prim", ["eq_to", "lt_to", "le_to"])
-@pytest.mark.parametrize("dtype", [F32, np.int32], ids=name)
+@pytest.mark.parametrize("dtype", [F32, np.int32], ids=dtype_name)
 def test_total_order_comparisons(prim, dtype):
   """XLA's TOTALORDER comparisons (used by searchsorted): -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN."""
   x, y = float_pairs(dtype) if dtype == F32 else int_pairs(dtype)
@@ -160,32 +158,32 @@ def test_total_order_comparisons(prim, dtype):
 # --- integers
 @pytest.mark.parametrize("prim, dtype", [(p, d) for p in ("neg", "abs", "sign", "bitwise_not")
                                          for d in (np.int8, np.int32, np.uint32) if (p, d) != ("abs", np.uint32)],
-                         ids=lambda v: v if isinstance(v, str) else name(v))
+                         ids=lambda v: v if isinstance(v, str) else dtype_name(v))
 def test_unary_int(prim, dtype):
   check_lax(prim, int_values(dtype))
 
 
 @pytest.mark.parametrize("prim", ["population_count", "clz"])
-@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint32], ids=name)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint32], ids=dtype_name)
 def test_bit_count(prim, dtype):
   check_lax(prim, int_values(dtype))
 
 
 @pytest.mark.parametrize("prim", ["add", "sub", "mul", "div", "rem"])
-@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint32], ids=name)
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint32], ids=dtype_name)
 def test_int_arithmetic(prim, dtype):
   """Wraparound, x / 0 = -1 (all ones), x % 0 = x, INT_MIN / -1 = INT_MIN: without a SIGFPE."""
   check_lax(prim, *int_pairs(dtype))
 
 
 @pytest.mark.parametrize("prim", ["max", "min", "bitwise_and", "bitwise_or", "bitwise_xor", "le"])
-@pytest.mark.parametrize("dtype", [np.int8, np.uint32], ids=name)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint32], ids=dtype_name)
 def test_int_binary(prim, dtype):
   check_lax(prim, *int_pairs(dtype))
 
 
 @pytest.mark.parametrize("prim", ["shift_left", "shift_right_logical", "shift_right_arithmetic"])
-@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint32], ids=name)
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint32], ids=dtype_name)
 def test_shift(prim, dtype):
   """Shifts by the width or more, or by a negative amount: 0, or the sign bit for arithmetic shifts."""
   check_lax(prim, *int_pairs(dtype))
@@ -227,7 +225,7 @@ def test_select_n_scalar_predicate():
   check_lax("select_n", np.array(True), np.zeros(3, np.int8), np.ones(3, np.int8))
 
 
-@pytest.mark.parametrize("dtype", [F32, np.int32], ids=name)
+@pytest.mark.parametrize("dtype", [F32, np.int32], ids=dtype_name)
 def test_clamp(dtype):
   if dtype == F32:  # NaN in each position, -0.0 against 0.0
     low = np.array([0, np.nan, 0, 0, -0.0, 0, -1], F32)
@@ -255,14 +253,14 @@ def cast_values(dtype):
   return np.concatenate([float_values(dtype), np.array(extra, dtype)])
 
 
-@pytest.mark.parametrize("src, dst", CONVERSIONS, ids=lambda d: name(d))
+@pytest.mark.parametrize("src, dst", CONVERSIONS, ids=dtype_name)
 def test_convert_element_type(src, dst):
   """Float to int saturates (NaN -> 0), int to int wraps, to bool is x != 0, int to float16 overflows to inf."""
   check_lax("convert_element_type", cast_values(src), new_dtype=dst)
 
 
 @pytest.mark.parametrize("src, dst", [(F32, np.int32), (np.uint32, F32), (F16, np.int16), (np.int8, np.uint8),
-                                      (F32, np.uint8), (F32, np.uint16)], ids=lambda d: name(d))
+                                      (F32, np.uint8), (F32, np.uint16)], ids=dtype_name)
 def test_bitcast_convert_type(src, dst):
   check_lax("bitcast_convert_type", np.resize(cast_values(src), (2, 12)), new_dtype=dst)
 

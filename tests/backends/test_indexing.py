@@ -7,6 +7,7 @@ import pytest
 from jax import lax
 
 import tinyjax
+from helpers import values
 from oracle import check, check_lax, check_traced as traced
 from xfail import param
 
@@ -16,16 +17,7 @@ GDN, SDN = lax.GatherDimensionNumbers, lax.ScatterDimensionNumbers
 
 def data(shape, dtype, seed=0):
   """Random values; floats lead with NaN, +-inf and both zeros, integers span their whole range."""
-  rng = np.random.default_rng(seed)
-  if dtype == np.bool_:
-    return rng.random(shape) < 0.5
-  if np.issubdtype(dtype, np.integer):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype)
-  x = rng.standard_normal(shape).astype(dtype).reshape(-1)
-  edges = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf], dtype)[:x.size]
-  x[:len(edges)] = edges
-  return x.reshape(shape)
+  return values(shape, dtype, seed, float_edges=(np.nan, -0.0, 0.0, np.inf, -np.inf))
 
 
 def small(shape, dtype, seed=1):

@@ -1,5 +1,6 @@
 """jax.random on tinygrad: the same bits as JAX (threefry2x32), for typed keys (`key<fry>`) and raw uint32 keys,
 and the samplers built on them, all native (nothing falls back to XLA)."""
+import functools
 import os
 import subprocess
 import sys
@@ -13,8 +14,8 @@ from jax import lax
 
 import tinyjax
 import tinyjax.random
+import oracle
 from oracle import check, native
-from tinyjax.core.mirror import wrap
 
 SEEDS = [0, -1, 42, 2**31 - 1, -2**31]
 KEY_KINDS = ["typed", "raw"]
@@ -29,9 +30,7 @@ def make_key(np_, kind, seed=42):
   return random.key(seed) if kind == "typed" else random.PRNGKey(seed)
 
 
-def check_traced(fn, *args, **kwargs):
-  """fn, written against JAX, traced whole by JAX (jit) and by tinyjax."""
-  return check(lambda np_, *xs: jax.jit(fn)(*xs) if np_ is jnp else wrap(fn)(*xs), *args, **kwargs)
+check_traced = functools.partial(oracle.check_traced, jax_jit=True)  # JAX's side traced whole too (jax.jit)
 
 
 def data_of(np_, keys):

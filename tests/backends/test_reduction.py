@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from helpers import dtype_name, values
 from oracle import check, check_lax, check_traced
 from xfail import param
 
@@ -32,23 +33,13 @@ def edges(dtype):
 
 def sample(shape, dtype, seed=0):
   """Values with ties: small floats including +-0.0; ints over the whole range, with both extremes."""
-  rng = np.random.default_rng(seed)
-  if dtype == np.bool_:
-    return rng.random(shape) < 0.5
-  if np.issubdtype(dtype, np.integer):
-    info = np.iinfo(dtype)
-    values = np.asarray(rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype))
-    values.flat[:2] = [info.min, info.max][:values.size]
-    return values
-  return rng.choice([-2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 1.5, 3.0], shape).astype(dtype)
+  return values(shape, dtype, seed, int_extremes=True,
+                float_choices=[-2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 1.5, 3.0])
 
-
-def name(dtype):
-  return np.dtype(dtype).name
 
 
 def params(dtypes_by_prim: dict):
-  return [param(prim, dtype, name=prim, dtype=dtype, id=f"{prim}-{name(dtype)}")
+  return [param(prim, dtype, name=prim, dtype=dtype, id=f"{prim}-{dtype_name(dtype)}")
           for prim, dtypes in dtypes_by_prim.items() for dtype in dtypes]
 
 
@@ -94,7 +85,7 @@ def test_sum_of_negative_zeros():
   check_traced(lambda x: [lax.reduce_sum(x, axes) for axes in [(0,), (1,), (0, 1)]], -np.zeros((3, 1), np.float32))
 
 
-@pytest.mark.parametrize("dtype", INTS, ids=name)
+@pytest.mark.parametrize("dtype", INTS, ids=dtype_name)
 def test_integer_sums_and_products_wrap_in_the_operand_dtype(dtype):
   check_traced(lambda x: [lax.reduce_sum(x, (0,)), lax.reduce_prod(x, (0,))],
                np.full((5, 2), np.iinfo(dtype).max, dtype))

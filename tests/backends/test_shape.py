@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from helpers import values
 from oracle import check, check_traced
 from xfail import param
 
@@ -15,17 +16,7 @@ DTYPES = [np.float32, np.float16, np.int8, np.int32, np.uint8, np.uint32, np.boo
 
 def data(shape, dtype, seed=0):
   """Distinct-looking values with the dtype's edge values mixed in (NaN, +-inf, -0.0; the integer extremes)."""
-  rng = np.random.default_rng(seed)
-  if dtype == np.bool_:
-    return rng.random(shape) < 0.5
-  if np.issubdtype(dtype, np.integer):
-    info = np.iinfo(dtype)
-    values = np.asarray(rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype))
-    values.flat[:2] = [info.min, info.max][:values.size]
-    return values
-  values = np.asarray(rng.standard_normal(shape).astype(dtype))
-  values.flat[:4] = [np.nan, np.inf, -np.inf, -0.0][:values.size]
-  return values
+  return values(shape, dtype, seed, int_extremes=True, float_edges=(np.nan, np.inf, -np.inf, -0.0))
 
 
 def edge_value(dtype):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from helpers import values
 from oracle import check, check_lax, check_traced as traced
 from xfail import param
 
@@ -13,13 +14,8 @@ EDGES = np.array([0.0, -0.0, np.nan, -np.nan, 1.0, -np.inf, np.inf, -0.0, 0.0, 1
 
 def data(shape, dtype, seed=0):
   """Values with many duplicates; floats include the edges (NaN of both signs, +-inf, both zeros)."""
-  rng = np.random.default_rng(seed)
-  if dtype == np.bool_:
-    return rng.random(shape) < 0.5
-  if np.issubdtype(dtype, np.integer):
-    info = np.iinfo(dtype)
-    return rng.choice(np.array([info.min, info.max, 0, 1, 2, info.max - 1], dtype), shape)
-  return rng.choice(EDGES, shape).astype(dtype)
+  return values(shape, dtype, seed, int_choices=lambda info: [info.min, info.max, 0, 1, 2, info.max - 1],
+                float_choices=EDGES)
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="sort", dtype=d, id=d.__name__)

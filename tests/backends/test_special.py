@@ -22,6 +22,7 @@ from jax import lax
 import tinyjax
 import tinyjax.lax
 import tinyjax.scipy.special
+from helpers import dtype_name
 from oracle import check, check_lax, check_traced, native
 from tinyjax.core.mirror import wrap
 from xfail import param
@@ -29,9 +30,6 @@ from xfail import param
 F32, F16 = np.float32, np.float16
 INF, NAN = np.inf, np.nan
 
-
-def name(dtype):
-  return np.dtype(dtype).name
 
 
 def grid(*axes, dtype=F32):
@@ -57,7 +55,7 @@ TOLERANCE = {"igamma": dict(rtol=1e-5), "igammac": dict(rtol=1e-5, atol=2e-7), "
 IGAMMA_CASES = [("igamma", F32), ("igammac", F32), ("igamma_grad_a", F32), ("igamma", F16)]
 
 
-@pytest.mark.parametrize("prim, dtype", [param(p, d, name=p, dtype=d, id=f"{p}-{name(d)}") for p, d in IGAMMA_CASES])
+@pytest.mark.parametrize("prim, dtype", [param(p, d, name=p, dtype=d, id=f"{p}-{dtype_name(d)}") for p, d in IGAMMA_CASES])
 def test_incomplete_gamma(prim, dtype):
   check_lax(prim, *grid(GAMMA_A, GAMMA_X, dtype=dtype), **TOLERANCE[prim] if dtype == F32 else {})
 
@@ -87,7 +85,7 @@ ZETA_Q = [-3.0, -2.5, -1.0, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.0, 9.5, 1e4, 1e20, INF,
 POLYGAMMA_N = [-1.0, 0.0, -0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 7.0, 12.0, INF, NAN]
 
 
-@pytest.mark.parametrize("dtype", [param(d, name="zeta", dtype=d, id=name(d)) for d in (F32, F16)])
+@pytest.mark.parametrize("dtype", [param(d, name="zeta", dtype=d, id=dtype_name(d)) for d in (F32, F16)])
 def test_zeta(dtype):
   check_lax("zeta", *grid(ZETA_X, ZETA_Q, dtype=dtype), **TOLERANCE["zeta"] if dtype == F32 else {})
 
@@ -103,7 +101,7 @@ def bessel_values(dtype):
   return np.concatenate([edges, np.linspace(-40, 40, 161)]).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype, prim", [param(d, p, name=p, dtype=d, id=f"{name(d)}-{p}")
+@pytest.mark.parametrize("dtype, prim", [param(d, p, name=p, dtype=d, id=f"{dtype_name(d)}-{p}")
                                          for p in ("bessel_i0e", "bessel_i1e") for d in (F32, F16)])
 def test_bessel(prim, dtype):
   check_lax(prim, bessel_values(dtype))
@@ -169,7 +167,7 @@ def test_gamma_samplers(sampler):
                 **SAMPLER_TOLERANCE.get(sampler, {}))
 
 
-@pytest.mark.parametrize("dtype", [F16, F32], ids=name)
+@pytest.mark.parametrize("dtype", [F16, F32], ids=dtype_name)
 def test_bit_masks_of_literal_zeros(dtype):
   # floatmath's bit tricks (abs, copysign, float16 rounding) on jaxpr literals: tinygrad's constant folding made
   # kernels clang rejected (betainc's continued fraction takes |0.0|; XLA rescued the program, with a warning)

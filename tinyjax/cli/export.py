@@ -15,15 +15,12 @@ from typing import Annotated
 
 import typer
 
+from tinyjax.cli import refuse
+
 
 class Target(str, enum.Enum):
   c = "c"
   webgpu = "webgpu"
-
-
-def _refuse(message: str) -> typer.Exit:
-  typer.echo(f"tinyjax export: {message}", err=True)
-  return typer.Exit(2)
 
 
 def _failed_in_user_code(error: BaseException) -> typer.Exit:
@@ -63,9 +60,9 @@ def export(
   from tinyjax import export as export_function
   path, sep, function_name = target.rpartition(":")
   if not sep or not path or not function_name:
-    raise _refuse(f"give the function as FILE.py:FUNCTION, not {target!r}")
+    raise refuse("export", f"give the function as FILE.py:FUNCTION, not {target!r}")
   if not os.path.isfile(path):
-    raise _refuse(f"can't open file {path!r}: no such file")
+    raise refuse("export", f"can't open file {path!r}: no such file")
   try:
     namespace = _load(path)
   except Exception as error:
@@ -74,22 +71,22 @@ def export(
   if not callable(fn):
     defined = sorted(k for k, v in namespace.items() if callable(v) and getattr(v, "__module__", None) ==
                      namespace.get("__name__"))
-    raise _refuse(f"{path} defines no function {function_name!r}" +
+    raise refuse("export", f"{path} defines no function {function_name!r}" +
                   (f" (it defines: {', '.join(defined)})" if defined else ""))
   make_args = namespace.get(example_args)
   if not callable(make_args):
-    raise _refuse(f"{path} defines no {example_args}(): define it to return the example arguments of "
+    raise refuse("export", f"{path} defines no {example_args}(): define it to return the example arguments of "
                   f"{function_name} as a tuple (they fix the shapes and dtypes), or pick one with --example-args")
   try:
     args = make_args()
   except Exception as error:
     raise _failed_in_user_code(error) from None
   if not isinstance(args, tuple):
-    raise _refuse(f"{example_args}() returned a {type(args).__name__}; it must return a tuple of arguments")
+    raise refuse("export", f"{example_args}() returned a {type(args).__name__}; it must return a tuple of arguments")
   try:
     exported = export_function(fn, *args, target=to.value, name=name)
   except ExportError as error:
-    raise _refuse(str(error)) from None
+    raise refuse("export", str(error)) from None
   except Exception as error:  # the function itself raised while it was traced
     raise _failed_in_user_code(error) from None
   for written in exported.save(output):

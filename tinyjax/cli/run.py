@@ -20,6 +20,9 @@ from typing import Annotated
 
 import typer
 
+from tinyjax.cli import refuse
+from tinyjax.ir.source import is_tinyjax_file
+
 
 def _choices(setting: str) -> type[enum.Enum]:
   """The choices of a setting (tinyjax.config.SETTINGS) as the Enum typer takes."""
@@ -30,13 +33,7 @@ def _choices(setting: str) -> type[enum.Enum]:
 BackendName, FallbackPolicy = _choices("backend"), _choices("fallback")
 
 
-_TINYJAX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RUNPY_FILES = {os.path.abspath(runpy.__file__), "<frozen runpy>"}
-
-
-def _refuse(message: str) -> typer.Exit:
-  typer.echo(f"tinyjax run: {message}", err=True)
-  return typer.Exit(2)
 
 
 def _environment(device, backend, fallback, beam, debug) -> dict[str, str]:
@@ -106,12 +103,12 @@ def _check_settings() -> None:
     if any(os.environ.get(name) for name in ("TINYJAX_BACKEND", "TINYJAX_DEVICE", "DEV")):
       current_backend()
   except (DeviceNotFoundError, ValueError) as error:
-    raise _refuse(str(error)) from None
+    raise refuse("run", str(error)) from None
 
 
 def _is_internal(filename: str, own_file: str) -> bool:
   path = os.path.abspath(filename) if not filename.startswith("<") else filename
-  return path != own_file and (path in _RUNPY_FILES or path.startswith(_TINYJAX_DIR + os.sep))
+  return path != own_file and (path in _RUNPY_FILES or is_tinyjax_file(path))
 
 
 def _trim(error: BaseException, own_file: str, seen: set | None = None) -> None:
@@ -208,11 +205,11 @@ def run(
   """
   target = list(target or [])
   if module is None and not target:
-    raise _refuse("give a SCRIPT to run or -m MODULE (see `tinyjax run --help`)")
+    raise refuse("run", "give a SCRIPT to run or -m MODULE (see `tinyjax run --help`)")
   script, args = (None, target) if module else (target[0], target[1:])
   if script is not None and not os.path.exists(script):
     # NB: an option tinyjax does not know, before any script, lands here (typer passes unknown options on)
-    raise _refuse(f"no such option: {script}" if script.startswith("-")
+    raise refuse("run", f"no such option: {script}" if script.startswith("-")
                   else f"can't open file {script!r}: no such file")
   from tinyjax.core.report import collecting
   first_path = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
@@ -244,5 +241,5 @@ def _module_file(module: str) -> str:
   except (ImportError, ValueError):
     spec = None
   if spec is None:
-    raise _refuse(f"no module named {module!r}")
+    raise refuse("run", f"no module named {module!r}")
   return os.path.abspath(spec.origin or "")

@@ -4,7 +4,6 @@ Shape, dtype and weak type are known at once (from the traced aval); reading the
 `item`, `__bool__`, `block_until_ready`) flushes the buffer. Operators and methods go through the
 tinyjax.numpy mirror, i.e. through JAX's own implementations, so promotion and errors are JAX's.
 """
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -14,11 +13,6 @@ from jax._src import core as jax_core  # NB: eval_context is not public
 from tinyjax.core import tracing
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device
-
-
-def _jax_method(name):
-  """A tracing-friendly function applying jax.Array's method `name` (self first)."""
-  return functools.partial(_apply_method, name)
 
 
 def _apply_method(name, x, *args, **kwargs):

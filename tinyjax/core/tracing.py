@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import itertools
 import operator
-import os
 import sys
 import weakref
 from typing import Any, Callable
@@ -33,8 +32,8 @@ from tinyjax.core.report import record_eager
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device
 from tinyjax.ir.program import program_of
+from tinyjax.ir.source import user_source
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VALUE_DEPENDENT = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                     jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 _serials = itertools.count()
@@ -82,14 +81,6 @@ def is_array(x) -> bool:
 
 def _is_leaf(x) -> bool:
   return is_array(x) or isinstance(x, Scalar)
-
-
-def user_source() -> str:
-  """file:line of the innermost caller outside tinyjax (where the user's value was made)."""
-  frame = sys._getframe(1)
-  while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-    frame = frame.f_back
-  return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
 
 
 def _host_aval(x):

@@ -5,6 +5,8 @@ Contractions accumulate in a dtype chosen from the output dtype (`_accumulator`)
 like XLA's and float16 sums keep float32 precision, and are cast to the jaxpr's output dtype at the end.
 Windows are tinygrad's pooling view over a base-dilated and padded operand: (*output shape, *window shape).
 """
+import math
+
 import numpy as np
 from jax.extend.core import ClosedJaxpr
 from tinygrad import Tensor, dtypes
@@ -43,9 +45,10 @@ def _to_output(ctx, result):
   return result.cast(tg_dtype(out_dtype))
 
 
-def _empty(ctx, aval):
-  """A result with no elements (tinygrad's pooling view refuses windows larger than the operand)."""
-  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=ctx.device)
+def empty_result(aval, device):
+  """A result with no elements, made directly (tinygrad's pooling view refuses windows larger than the operand; an
+  empty gather or scatter has nothing to compute)."""
+  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=device)
 
 
 # --- dot_general
@@ -100,7 +103,7 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
   NB: `precision` is ignored, as in dot_general.
   """
   if ctx.out_aval.size == 0:
-    return _empty(ctx, ctx.out_aval)
+    return empty_result(ctx.out_aval, ctx.device)
   lhs_spec, rhs_spec, out_spec = dimension_numbers
   acc = _accumulator(ctx.out_aval.dtype)
   x = _dilate(lhs.cast(acc).permute(tuple(lhs_spec)), lhs_dilation, 0, first_axis=2)
@@ -130,12 +133,13 @@ def _windows(x, fill, window: dict):
   return x._pool(tuple(window["window_dimensions"]), tuple(window["window_strides"]), tuple(window["window_dilation"]))
 
 
-def _extreme(dtype, largest: bool):
-  """The largest (or smallest) value of a dtype: what pads a window for min (or max)."""
+def dtype_limit(dtype, largest: bool):
+  """The largest or smallest value of `dtype` (infinities for floats): what pads a window for min or max."""
+  dtype = np.dtype(dtype)
   if dtype == np.bool_:
-    return largest
+    return bool(largest)
   if dtype.kind == "f":
-    return float("inf") if largest else float("-inf")
+    return math.inf if largest else -math.inf
   info = np.iinfo(dtype)
   return int(info.max if largest else info.min)
 
@@ -153,7 +157,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
     acc = _accumulator(dtype)
     return _to_output(ctx, _windows(x.cast(acc), 1, window).prod(axes, dtype=acc))
   largest = monoid == "max"
-  windows = _windows(x, _extreme(dtype, not largest), window)
+  windows = _windows(x, dtype_limit(dtype, not largest), window)
   if dtype == np.bool_:
     return windows.any(axes) if largest else windows.all(axes)
   if dtype.kind == "f":
@@ -164,7 +168,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
 def _reduce_window(monoid: str):
   def rule(ctx, x, *, window_dimensions, window_strides, padding, base_dilation, window_dilation):
     if ctx.out_aval.size == 0:
-      return _empty(ctx, ctx.out_aval)
+      return empty_result(ctx.out_aval, ctx.device)
     window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                   base_dilation=base_dilation, window_dilation=window_dilation)
     return _reduce_windows(ctx, x, monoid, window)
@@ -195,7 +199,7 @@ def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimen
   any other body (e.g. variadic) is folded over the window positions, skipping holes and padding.
   """
   if ctx.out_aval.size == 0:
-    return [_empty(ctx, aval) for aval in ctx.out_avals]
+    return [empty_result(aval, ctx.device) for aval in ctx.out_avals]
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                 base_dilation=base_dilation, window_dilation=window_dilation)
   body = ClosedJaxpr(jaxpr, consts)

@@ -103,9 +103,12 @@ def from_order_key(key, dtype):
 
 
 def positive_zero(x):
-  """x with -0.0 made +0.0: XLA's sums start from +0.0, so a sum of -0.0s is +0.0; tinygrad's keeps -0.0.
+  """x with -0.0 made +0.0 (integers and bools as they are): XLA's sums start from +0.0, so a sum of -0.0s is +0.0;
+  tinygrad's keeps -0.0.
 
   NB: NaN told by its bits: WGSL compilers may take NaN == 0 as True (a dot product's NaN became 0.0 on WEBGPU)."""
+  if not dtypes.is_float(x.dtype):
+    return x
   return (x.eq(0) & ~isnan(x)).where(0.0, x)
 
 

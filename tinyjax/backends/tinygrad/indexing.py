@@ -15,7 +15,7 @@ from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.contraction import _windows
+from tinyjax.backends.tinygrad.contraction import _windows, dtype_limit, empty_result
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -55,20 +55,6 @@ def order_key(x, dtype):
 
 def from_order_key(key, dtype):
   return fm.from_order_key(key, tg_dtype(dtype)) if np.dtype(dtype).kind == "f" else from_bits(key, dtype)
-
-
-def extreme(dtype, largest: bool):
-  """The largest or smallest value of `dtype` (infinities for floats)."""
-  dtype = np.dtype(dtype)
-  if dtype.kind == "f":
-    return math.inf if largest else -math.inf
-  if dtype == np.bool_:
-    return bool(largest)
-  return int(np.iinfo(dtype).max if largest else np.iinfo(dtype).min)
-
-
-def _empty(aval, device):
-  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=device)
 
 
 def _literal_start(start, high: int) -> int | None:
@@ -132,7 +118,7 @@ def _fill_value(dtype, fill_value):
   if fill_value is not None:
     return np.asarray(fill_value).item()
   dtype = np.dtype(dtype)
-  return math.nan if dtype.kind == "f" else extreme(dtype, largest=dtype.kind in "ub")
+  return math.nan if dtype.kind == "f" else dtype_limit(dtype, largest=dtype.kind in "ub")
 
 
 @register("gather")
@@ -144,7 +130,7 @@ def _gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill
   """
   dnums, out, dtype = dimension_numbers, ctx.out_aval, ctx.in_avals[0].dtype
   if out.size == 0:
-    return _empty(out, ctx.device)
+    return empty_result(out, ctx.device)
   batching, indexed = list(dnums.operand_batching_dims), sorted(dnums.start_index_map)
   others = [d for d in range(operand.ndim) if d not in batching and d not in indexed]
   flat, inside = _targets(ctx.device, indices, ctx.in_avals[1].dtype, operand.shape, slice_sizes, dnums.start_index_map,
@@ -319,7 +305,7 @@ def _dynamic_slice(ctx, operand, *starts, slice_sizes):
   """NB: XLA clamps each start so that the slice fits in the operand."""
   dtype = ctx.in_avals[0].dtype
   if ctx.out_aval.size == 0:
-    return _empty(ctx.out_aval, ctx.device)
+    return empty_result(ctx.out_aval, ctx.device)
   bits = to_bits(operand, dtype)
   for axis, (start, size) in enumerate(zip(starts, slice_sizes)):
     if size != operand.shape[axis]:
@@ -380,8 +366,8 @@ def _select_and_scatter_add(ctx, source, operand, *, select_prim, window_dimensi
   lands on it is cut off with the padding."""
   dtype = np.dtype(ctx.out_aval.dtype)
   if ctx.out_aval.size == 0 or source.numel() == 0:
-    return _empty(ctx.out_aval, ctx.device)
-  padded = operand.pad(tuple(map(tuple, padding)), value=extreme(dtype, largest=select_prim.name == "le"))
+    return empty_result(ctx.out_aval, ctx.device)
+  padded = operand.pad(tuple(map(tuple, padding)), value=dtype_limit(dtype, largest=select_prim.name == "le"))
   keys = padded._pool(tuple(window_dimensions), tuple(window_strides)).flatten(source.ndim)
   positions = arange(keys.shape[-1]).expand(keys.shape)
   chosen = _walk(keys, positions, _SELECT[select_prim.name], keys[..., 0], 0)
@@ -405,10 +391,10 @@ def _select_and_gather_add(ctx, tangents, operand, *, select_prim, window_dimens
   (tests/xfail.py)."""
   dtype = ctx.out_aval.dtype
   if ctx.out_aval.size == 0:
-    return _empty(ctx.out_aval, ctx.device)
+    return empty_result(ctx.out_aval, ctx.device)
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                 base_dilation=base_dilation, window_dilation=window_dilation)
-  init = extreme(dtype, largest=select_prim.name == "le")
+  init = dtype_limit(dtype, largest=select_prim.name == "le")
   keys = _windows(operand, init, window).flatten(ctx.out_aval.ndim)
   values = _windows(tangents, 0, window).flatten(ctx.out_aval.ndim)
   return _walk(keys, values, _SELECT[select_prim.name], init, 0).cast(tg_dtype(dtype))

@@ -28,16 +28,12 @@ def _from_key(key, dtype):
   return fm.from_order_key(key, dtype) if dtypes.is_float(dtype) else key
 
 
-def _positive_zero(x):
-  return fm.positive_zero(x) if dtypes.is_float(x.dtype) else x
-
-
 # --- reductions over `axes`
 
 def _sum(x, axes):
   # NB: tinygrad accumulates small ints and float16 in a wider dtype; XLA accumulates in the operand's dtype
   total = x.sum(axes, dtype=x.dtype)
-  return _positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
+  return fm.positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
 
 
 def _extreme(pick: str):
@@ -115,7 +111,7 @@ def _arg_extreme(pick: str):
   def rule(ctx, x, *, axes, index_dtype):
     axis, = axes
     # NB: XLA's argmax takes -0.0 and +0.0 as a tie (the first wins), though its max orders them
-    key = _order_key(_positive_zero(x), nan_largest=pick == "max")
+    key = _order_key(fm.positive_zero(x), nan_largest=pick == "max")
     size = x.shape[axis]
     positions = Tensor.arange(size).reshape([size if d == axis else 1 for d in range(x.ndim)])
     first = (key == getattr(key, pick)(axis, keepdim=True)).where(positions, size).min(axis)
@@ -166,7 +162,7 @@ def _cumprod(ctx, x, *, axis, reverse):
 def _cumsum(x, axis):
   # NB: tinygrad's cumsum accumulates small ints in int32 (cast back: the same wrap-around as XLA's)
   total = x.cumsum(axis).cast(x.dtype)
-  return _positive_zero(total) if x.shape[axis] > 1 else total  # XLA passes a length-1 axis through
+  return fm.positive_zero(total) if x.shape[axis] > 1 else total  # XLA passes a length-1 axis through
 
 
 def _cumulative_extreme(pick: str):
@@ -196,7 +192,7 @@ def _cumlogsumexp(x, axis):
   rest = counted.where(fm.exp(wide.unsqueeze(-2) - peak.unsqueeze(-1)), 0).sum(-1)
   # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
   total = (fm.fabs(peak).eq(math.inf) | fm.isnan(peak)).where(peak, peak + fm.log1p(rest))
-  return _positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
+  return fm.positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
 
 
 register("cumlogsumexp")(_cumulative(_cumlogsumexp))
