@@ -70,23 +70,17 @@ def runs_on_xla_by_design(jax_fn, *args) -> bool:
   tinyjax.backends.tinygrad.not_native, or one on complex numbers (tinygrad has no complex dtype)."""
   from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 
-  def sub_jaxprs(eqn):
-    for param in eqn.params.values():
-      for p in param if isinstance(param, (tuple, list)) else (param,):
-        if isinstance(p, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
-          yield getattr(p, "jaxpr", p)
-
   def by_design(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
       dtypes = [v.aval.dtype for v in eqn.invars + eqn.outvars if hasattr(v.aval, "dtype")]
       if (eqn.primitive.name in NOT_YET_NATIVE or any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes)
-              or any(map(by_design, sub_jaxprs(eqn)))):
+              or any(map(by_design, jax.extend.core.jaxprs_in_params(eqn.params)))):
         return True
     return False
   try:
     closed = jax.make_jaxpr(jax_fn)(*args)
-  except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError):  # NB: a shape set by the data (nonzero, x[x > 0]) or no array output
-    return False  # tinyjax runs it call by call, each of which must be native
+  except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError):
+    return False  # a shape set by the data (nonzero, x[x > 0]): tinyjax runs it call by call, each must be native
   return by_design(closed.jaxpr)
 
 

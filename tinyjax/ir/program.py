@@ -74,9 +74,8 @@ class Builder:
       env[var] = atom
     for eqn in jaxpr.eqns:
       inputs = [read(v) for v in eqn.invars]
-      if eqn.primitive.name in CALL_PARAMS:
-        callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
-        outs = self.inline_closed(callee, inputs, source)
+      if (called := called_jaxpr(eqn)) is not None:
+        outs = self.inline(*called, inputs, source)
       else:
         outs = [self.new_slot() for _ in eqn.outvars]
         self.eqns.append(Eqn(eqn.primitive, dict(eqn.params), tuple(inputs), tuple(outs),
@@ -85,13 +84,17 @@ class Builder:
         env[var] = atom
     return [read(v) for v in jaxpr.outvars]
 
-  def inline_closed(self, callee, args, source) -> list[Atom]:
-    if isinstance(callee, ClosedJaxpr):
-      return self.inline(callee.jaxpr, callee.consts, args, source)
-    return self.inline(callee, (), args, source)
-
   def build(self, outputs) -> Program:
     return Program(self.in_avals, tuple(self.eqns), tuple(outputs), self.n_slots)
+
+
+def called_jaxpr(eqn) -> tuple | None:
+  """(jaxpr, consts) that a call primitive's equation (jit, closed_call, custom_jvp_call, ...) runs in place; None for
+  any other equation."""
+  if eqn.primitive.name not in CALL_PARAMS:
+    return None
+  callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
+  return (callee.jaxpr, callee.consts) if isinstance(callee, ClosedJaxpr) else (callee, ())
 
 
 def program_of(closed: ClosedJaxpr, source: str = "") -> Program:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr
 
-from tinyjax.ir.program import CALL_PARAMS, Eqn, program_of
+from tinyjax.ir.program import Eqn, called_jaxpr, program_of
 
 
 class ExportError(ValueError):
@@ -178,9 +178,8 @@ def _equations(jaxpr, line: str = "<unknown>"):
   runs them. NB: equations traced inside a jit have only the jit's own frames: they take the call's line."""
   for eqn in jaxpr.eqns:
     eqn_line = user_line(eqn) or line
-    if eqn.primitive.name in CALL_PARAMS:
-      callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
-      yield from _equations(callee.jaxpr if isinstance(callee, ClosedJaxpr) else callee, eqn_line)
+    if (called := called_jaxpr(eqn)) is not None:
+      yield from _equations(called[0], eqn_line)
     else:
       yield eqn, eqn_line
 
