@@ -6,7 +6,10 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 
 
 def is_tinyjax_file(filename: str) -> bool:
-  return os.path.abspath(filename).startswith(PACKAGE_DIR) if not filename.startswith("<") else False
+  """Whether `filename` (a code object's: absolute for every imported module) is one of tinyjax's files.
+
+  NB: a plain prefix test, no path normalisation: user_source asks it of every frame of every traced call."""
+  return filename.startswith(PACKAGE_DIR)
 
 
 def user_source() -> str:
