@@ -53,7 +53,7 @@ def test_imports_go_down_the_layers():
   assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
 
 
-# where docs/architecture.md's short paths (`core/buffer.py`, `tinygrad/table.py`, `mixed.py`) are relative to
+# where docs/architecture.md's short paths (`core/pending.py`, `tinygrad/table.py`, `plan.py`) are relative to
 ROOTS = ["", "tinyjax", "tinyjax/core", "tinyjax/ir", "tinyjax/backends", "tinyjax/backends/tinygrad", "tinyjax/standalone", "tinyjax/cli", "docs"]
 
 

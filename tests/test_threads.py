@@ -178,7 +178,7 @@ def test_a_thread_started_inside_default_device_does_not_inherit_it():
 
 
 def test_config_update_is_process_wide():
-  from tinyjax.core import buffer
+  from tinyjax.core import pending
   tinyjax.config.update("buffer_limit", 7)  # restored after the test (tests/conftest.py)
   lengths = []
 
@@ -186,7 +186,7 @@ def test_config_update_is_process_wide():
     x = tnp.zeros(3)
     for _ in range(40):
       x = x + 1
-      lengths.append(buffer._buffer.n_eqns)
+      lengths.append(pending._queue.n_eqns)
     assert_like_jax(x, jnp.zeros(3) + 40)
   run_threads(worker, worker)
   assert max(lengths) <= 8

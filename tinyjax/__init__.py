@@ -12,7 +12,7 @@ from tinyjax.backends.check import CheckError
 from tinyjax.backends.selection import devices
 from tinyjax.config import default_device
 from tinyjax.core.array import Array
-from tinyjax.core.buffer import flush
+from tinyjax.core.pending import flush
 from tinyjax.core.mirror import mirror as _mirror
 from tinyjax.core.report import report
 from tinyjax.decorator import tiny

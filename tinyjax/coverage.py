@@ -8,6 +8,7 @@ import dataclasses
 import jax.extend.core.primitives as jax_primitives
 
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
+from tinyjax.backends.tinygrad.plan import missing_rule
 from tinyjax.backends.tinygrad.table import RULES
 from tinyjax.ir.program import CALL_PARAMS
 
@@ -28,7 +29,7 @@ def rows() -> list[Row]:
   names = jax_primitive_names() | set(RULES) | set(NOT_YET_NATIVE)
   table = []
   for name in sorted(names):
-    if name in RULES:
+    if missing_rule(name) is None:
       table.append(Row(name, "native", ""))
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))

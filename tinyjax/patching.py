@@ -25,10 +25,9 @@ import sys
 import types
 
 import jax
-import jax.numpy as jnp
 
-from tinyjax import identity
-from tinyjax.core import buffer, mirror, tracing
+from tinyjax import identity, transforms
+from tinyjax.core import mirror, tracing
 from tinyjax.ir.backend import Device
 from tinyjax.ir.source import is_tinyjax_file
 from tinyjax.transfer import device_put as tinyjax_device_put
@@ -45,11 +44,12 @@ _on = False  # whether the replacements compute on tinyjax (read at every call: 
 _undo: list[tuple[types.ModuleType, str, object]] = []  # (module, name, JAX's original), in patching order
 
 
-def _for_tinyjax() -> bool:
-  """Whether a replacement should compute on tinyjax: the patch is on, its caller is not tinyjax itself, and no JAX
-  trace is current (inside jit, grad, vmap, scan, ... JAX's own function is what JAX stages)."""
+def _for_tinyjax(depth: int = 2) -> bool:
+  """Whether a replacement should compute on tinyjax: the patch is on, its caller (`depth` frames up from here) is
+  not tinyjax itself, and no JAX trace is current (inside jit, grad, vmap, scan, ... JAX's own function is what JAX
+  stages)."""
   return (_on and not tracing.inside_transformation()
-          and not is_tinyjax_file(sys._getframe(2).f_code.co_filename))
+          and not is_tinyjax_file(sys._getframe(depth).f_code.co_filename))
 
 
 def _dispatching(original, replacement):
@@ -62,33 +62,29 @@ def _dispatching(original, replacement):
   return patched
 
 
-class _Ufunc(jnp.ufunc):
+def _dispatched(fn, args, kwargs):
+  """fn's call, on tinyjax while patched. The caller judged is the one of a mirror's method (`__call__`, `reduce`,
+  `__getitem__`, ...), which called `_call`, which called this."""
+  if _for_tinyjax(depth=4):
+    return tracing.call(fn, args, kwargs)
+  return fn(*args, **kwargs)
+
+
+class _Ufunc(mirror.Ufunc):
   """A jnp.ufunc (so JAX's and the user's checks still hold) whose call and methods dispatch as `_dispatching`."""
 
-  def __init__(self, original, mirrored):
-    super().__init__(original._func, original.nin, original.nout, name=original.__name__, nargs=original.nargs,
-                     identity=original.identity)
-    self._original, self._mirrored = original, mirrored
-    for method in ("reduce", "accumulate", "at", "reduceat", "outer"):
-      setattr(self, method, _dispatching(getattr(original, method), getattr(mirrored, method)))
-
-  def __call__(self, *args, **kwargs):
-    if _for_tinyjax():
-      return self._mirrored(*args, **kwargs)
-    return self._original(*args, **kwargs)
+  def _call(self, fn, args, kwargs):
+    return _dispatched(fn, args, kwargs)
 
 
-class _IndexTrick:
+class _IndexTrick(mirror.IndexTrick):
   """`r_`, `c_`, `mgrid`, `ogrid`, dispatching as `_dispatching` when indexed."""
 
-  def __init__(self, original, mirrored):
-    self._original, self._mirrored = original, mirrored
-
-  def __getitem__(self, key):
-    return (self._mirrored if _for_tinyjax() else self._original)[key]
+  def _call(self, fn, args, kwargs):
+    return _dispatched(fn, args, kwargs)
 
   def __repr__(self):
-    return repr(self._original)
+    return repr(self._trick)
 
 
 def _factory(original):
@@ -117,9 +113,7 @@ class _Jitted:
   def __call__(self, *args, **kwargs):
     if not _for_tinyjax():
       return self._jitted(*args, **kwargs)
-    out = tracing.call(self._jitted, args, kwargs)
-    buffer.flush()  # as tinyjax.jit: dispatched at once, so a loop of steps replays one captured program
-    return out
+    return transforms.call_jitted(self._jitted, args, kwargs)
 
   def __get__(self, instance, owner=None):
     return self if instance is None else types.MethodType(self, instance)
@@ -161,13 +155,7 @@ def _transform(original):
         transformed_by_key[key] = transformed
     if not _for_tinyjax():
       return transformed
-
-    @functools.wraps(fun)
-    def run(*args, **kwargs):
-      if _for_tinyjax():
-        return tracing.call(transformed, args, kwargs)
-      return transformed(*args, **kwargs)
-    return run
+    return _dispatching(transformed, mirror.wrap(transformed))
   return transform
 
 
@@ -192,9 +180,9 @@ def _computing_modules() -> list[str]:
 
 def _replacement(original, mirrored, factory: bool = False):
   if isinstance(mirrored, mirror.Ufunc):
-    return _Ufunc(original, mirrored)
+    return _Ufunc(original)
   if isinstance(mirrored, mirror.IndexTrick):
-    return _IndexTrick(original, mirrored)
+    return _IndexTrick(original)
   if factory:
     return _factory(original)
   return _dispatching(original, mirrored)
@@ -220,7 +208,6 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
       plan.append((jax_module, attr, _replacement(original, mirrored, attr in policy["factories"])))
   for attr in _TRANSFORMS:
     plan.append((jax, attr, _transform(getattr(jax, attr))))
-  from tinyjax import transforms
   for attr in ("jvp", "vjp", "linearize"):
     plan.append((jax, attr, _dispatching(getattr(jax, attr), getattr(transforms, attr))))
   plan.append((jax, "jit", _jit(jax.jit)))

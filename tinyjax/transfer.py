@@ -4,8 +4,8 @@ import numpy as np
 
 from tinyjax.backends.selection import backend_for, current_backend
 from tinyjax.core.array import Array
-from tinyjax.core.buffer import Value
-from tinyjax.core.tracing import _host_aval, inside_transformation
+from tinyjax.core.pending import Value
+from tinyjax.core.tracing import host_aval, inside_transformation
 from tinyjax.ir.backend import Device
 
 
@@ -33,7 +33,7 @@ def device_put(x, device=None):
       value = leaf._value
     else:
       host = np.asarray(leaf)
-      aval = _host_aval(host)
+      aval = host_aval(host)
       weak = type(leaf) in (int, float, complex)
       value = Value(aval.update(weak_type=weak), host=host.astype(aval.dtype))
     return Array(value.placed_on(backend))

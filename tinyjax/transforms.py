@@ -8,7 +8,7 @@ import functools
 
 import jax
 
-from tinyjax.core import buffer, report, tracing
+from tinyjax.core import pending, mirror, report, tracing
 from tinyjax.core.array import Array
 
 
@@ -16,12 +16,7 @@ def _lazy_transform(jax_transform):
   """tinyjax's version of a JAX transformation of the form transform(fun, ...) -> function."""
   @functools.wraps(jax_transform)
   def transform(fun, *transform_args, **transform_kwargs):
-    transformed = jax_transform(fun, *transform_args, **transform_kwargs)
-
-    @functools.wraps(fun)
-    def run(*args, **kwargs):
-      return tracing.call(transformed, args, kwargs)
-    return run
+    return mirror.wrap(jax_transform(fun, *transform_args, **transform_kwargs))
   return transform
 
 
@@ -48,12 +43,18 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
 
   @functools.wraps(fun)
   def run(*args, **call_kwargs):
-    out = tracing.call(jitted, args, call_kwargs)
-    buffer.flush()
-    return out
+    return call_jitted(jitted, args, call_kwargs)
   run.lower = jitted.lower
   run.trace = jitted.trace
   return run
+
+
+def call_jitted(jitted, args, kwargs):
+  """A call of JAX's jitted function on the backend, dispatched at once (flushed) as JAX dispatches a jitted call,
+  so that a loop of calls replays one captured program instead of growing the buffer."""
+  out = tracing.call(jitted, args, kwargs)
+  pending.flush()
+  return out
 
 
 def _jvp(fun, primals, tangents, has_aux):
@@ -140,7 +141,7 @@ def explain(fn):
   def explained(*args, **kwargs):
     with report.collecting() as scope:
       out = fn(*args, **kwargs)
-      buffer.flush()
+      pending.flush()
       jax.tree_util.tree_map(lambda x: x.block_until_ready() if hasattr(x, "block_until_ready") else x, out)
     return scope
   return explained

@@ -9,6 +9,7 @@ why.
 A program takes and makes buffers of the backend it runs on (Compiled.target); a value made by the other backend
 crosses through the host once, and keeps its buffer on both (tinyjax.core.buffer.Value.buffers).
 """
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 
 from tinyjax import config
-from tinyjax.ir.backend import Backend, Compiled
+from tinyjax.ir.backend import Backend, Compiled, Placement
 
 _TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last two are timed (tinygrad: the first
 # run compiles, the second is captured by TinyJit, the third replays; XLA: the first compiles)
@@ -45,8 +46,8 @@ class AutoBackend(Backend):
   def address(self, buffer):
     return self._backend_of(buffer).address(buffer)
 
-  def supports(self, eqn) -> bool:
-    return True  # NB: under auto, XLA running an equation is a choice, not a fallback
+  def why_not(self, eqn) -> str | None:
+    return None  # NB: under auto, XLA running an equation is a choice, not a fallback
 
   def supports_dtype(self, dtype) -> bool:
     return self.tinygrad.supports_dtype(dtype)
@@ -62,34 +63,26 @@ class AutoBackend(Backend):
   def compile(self, program) -> Compiled:
     candidates = {"tinygrad": self.tinygrad.compile(program), "xla": self.xla.compile(program)}
     key = _fingerprint(program, self.device)
-    compiled = Compiled(None, {}, [], 0, target=self.tinygrad)
+    chosen = dict(self._choices.get(key) or {})  # the choice: remembered, or measured at the first run
 
-    def choose(choice: dict) -> Compiled:
-      chosen = candidates[choice["backend"]]
-
-      def report_chosen() -> None:  # after each run: a rescue (tinygrad failing to compile) changes what ran where
-        compiled.counts, compiled.segments, compiled.bytes_crossed = chosen.counts, chosen.segments, chosen.bytes_crossed
-
-      def run(inputs: list) -> list:
-        outs = chosen.run(inputs)
-        report_chosen()
-        return outs
-      compiled.run, compiled.reason, compiled.target = run, _reason(choice, len(program.eqns)), getattr(self, choice["backend"])
-      report_chosen()
-      return compiled
-
-    def first_run(inputs: list) -> list:
-      """The first run takes tinygrad's buffers: measure (unless remembered), then run where chosen from now on."""
+    def run(inputs: list) -> list:
+      if chosen:
+        return candidates[chosen["backend"]].run(inputs)
+      # the first run takes tinygrad's buffers (placement's target): measure, unless another program remembered it
       if (choice := self._choices.get(key)) is not None:
-        return choose(choice).run(self._moved(inputs, compiled.target))
+        chosen.update(choice)
+        return candidates[choice["backend"]].run(self._moved(inputs, getattr(self, choice["backend"])))
       choice, outs = self._trial(candidates, inputs)
       self._choices.put(key, choice)
-      choose(choice)
+      chosen.update(choice)
       return outs
-    if (choice := self._choices.get(key)) is not None:
-      return choose(choice)
-    compiled.run = first_run
-    return compiled
+
+    def placement() -> Placement:
+      if not chosen:
+        return Placement({}, (), 0, target=self.tinygrad)
+      ran = candidates[chosen["backend"]].placement()  # NB: read at each run: a rescue may change tinygrad's
+      return dataclasses.replace(ran, reason=_reason(chosen, len(program.eqns)), target=getattr(self, chosen["backend"]))
+    return Compiled(run, placement)
 
   def _trial(self, candidates: dict, inputs: list):
     """Run the program on each backend until warm; the faster one's choice, and its outputs of the last run."""

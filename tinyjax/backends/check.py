@@ -77,8 +77,8 @@ class Checking(Backend):
   def address(self, buffer):
     return self.inner.address(buffer)
 
-  def supports(self, eqn) -> bool:
-    return self.inner.supports(eqn)
+  def why_not(self, eqn) -> str | None:
+    return self.inner.why_not(eqn)
 
   def supports_dtype(self, dtype) -> bool:
     return self.inner.supports_dtype(dtype)

@@ -17,11 +17,11 @@ import weakref
 
 import jax
 import numpy as np
-from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params, primitives
+from jax.extend.core import ClosedJaxpr, jaxprs_in_params, primitives
 
 from tinyjax import config
 from tinyjax.ir.backend import wrap_compiled
-from tinyjax.ir.program import CALL_PARAMS, Const, Eqn, Program
+from tinyjax.ir.program import Const, Eqn, Program, interpret, program_of, read_outputs
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 # Primitives whose result depends on the bit layout of float64 (jax.random's float64 samples are built this way):
@@ -135,41 +135,26 @@ def _narrow_atom(atom):
 
 @functools.lru_cache(maxsize=512)
 def _narrow_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+  """The jaxpr traced again from its downcast program (calls inlined, BIT_LAYOUT kept in float64)."""
   if not any(map(uses_float64, closed.jaxpr.eqns)) and not any(v.aval.dtype == F64 for v in closed.jaxpr.invars):
     return closed
-  consts = [_to_float32(c) if v.aval.dtype == F64 else c for c, v in zip(closed.consts, closed.jaxpr.constvars)]
-  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
-           for a in (_narrow(v.aval) for v in closed.jaxpr.invars)]
-  return jax.make_jaxpr(lambda *args: _evaluate(closed.jaxpr, consts, args))(*specs)
+  program = downcast(program_of(closed))
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in program.in_avals]
+  return jax.make_jaxpr(lambda *args: _bound(program, args))(*specs)
 
 
-def _evaluate(jaxpr, consts, args) -> list:
-  """The jaxpr applied to float32 tracers, each equation bound with float32 params (calls inlined)."""
-  env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
-
-  def read(atom):
-    if isinstance(atom, Literal):
-      return _to_float32(atom.val) if atom.aval.dtype == F64 else atom.val
-    return env[atom]
-
-  for eqn in jaxpr.eqns:
-    inputs = [read(v) for v in eqn.invars]
-    if eqn.primitive.name in CALL_PARAMS:
-      callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]
-      if isinstance(callee, ClosedJaxpr):
-        callee = _narrow_closed(callee)
-        outs = _evaluate(callee.jaxpr, callee.consts, inputs)
-      else:
-        outs = _evaluate(callee, (), inputs)
-    elif eqn.primitive.name in BIT_LAYOUT and uses_float64(eqn):
-      wide = [jax.lax.convert_element_type(x, F64) if v.aval.dtype == F64 else x for x, v in zip(inputs, eqn.invars)]
-      outs = [jax.lax.convert_element_type(x, F32) if x.dtype == F64 else x for x in _bind(eqn, wide, eqn.params)]
-    else:
-      outs = _bind(eqn, inputs, {k: _narrow(v) for k, v in eqn.params.items()})
-    env.update(zip(eqn.outvars, outs))
-  return [read(v) for v in jaxpr.outvars]
+def _bound(program: Program, args) -> list:
+  """The program's equations bound on JAX tracers."""
+  env = [None] * program.n_slots
+  env[:len(args)] = args
+  interpret(program.eqns, env, apply=_bind, const=_value)
+  return read_outputs(program, env, _value)
 
 
-def _bind(eqn, inputs, params) -> list:
-  out = eqn.primitive.bind(*inputs, **params)
+def _bind(eqn, inputs) -> list:
+  out = eqn.primitive.bind(*inputs, **eqn.params)
   return out if eqn.primitive.multiple_results else [out]
+
+
+def _value(const: Const):
+  return const.value

@@ -50,7 +50,7 @@ def devices(backend: str | None = None) -> list[Device]:
   if name == "xla":
     from tinyjax.backends.xla import available_devices
   else:
-    from tinyjax.backends.tinygrad import available_devices
+    from tinyjax.backends.tinygrad.device import available_devices
   return available_devices()
 
 
@@ -72,11 +72,11 @@ def check_fallback(backend: Backend, eqns, source: str) -> None:
                            "Set TINYJAX_F64=downcast to compute it in float32 (arrays stay float64), disable "
                            "jax_enable_x64, or run it on XLA (TINYJAX_BACKEND=xla)")
       eqn = float64.narrow_eqn(eqn) or eqn  # downcast: the float32 equation is what runs
-    if backend.supports(eqn):
+    if (reason := backend.why_not(eqn)) is None:
       continue
     dtypes = ", ".join(sorted({str(a.dtype) for a in eqn.in_avals + eqn.out_avals}))
-    message = (f"{eqn.name} ({dtypes}) has no native rule on {backend.device!r}; it would run on XLA. "
-               f"Called at {source}")
+    message = (f"{eqn.name} ({dtypes}) does not run natively on {backend.device!r} ({reason}); it would run on "
+               f"XLA. Called at {source}")
     if policy == "error":
       raise FallbackError(message + " (TINYJAX_FALLBACK=error)")
     if eqn.name not in _warned:

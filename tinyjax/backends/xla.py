@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from tinyjax.ir import keys
-from tinyjax.ir.backend import Backend, Compiled, Device, DeviceNotFoundError
+from tinyjax.ir.backend import Backend, Compiled, Device, DeviceNotFoundError, Placement
 from tinyjax.ir.program import interpret
 
 
@@ -63,11 +63,11 @@ class XlaBackend(Backend):
   def address(self, buffer):
     return buffer.unsafe_buffer_pointer()
 
-  def supports(self, eqn):
-    return True
+  def why_not(self, eqn):
+    return None
 
   def compile(self, program):
     n_in = len(program.in_avals)
     fn = compile_eqns(program.eqns, range(n_in), program.in_avals, program.outputs, program.n_slots)
     counts = collections.Counter(("xla", e.name) for e in program.eqns)
-    return Compiled(lambda inputs: fn(*inputs), counts, ["xla"] if program.eqns else [], 0)
+    return Compiled.placed(lambda inputs: fn(*inputs), Placement(counts, ("xla",) if program.eqns else (), 0))

@@ -139,7 +139,7 @@ def in_use() -> tuple[str, str]:
     except RuntimeError:
       return backend, ""
   from tinygrad import Device
-  from tinyjax.backends.tinygrad import canonical
+  from tinyjax.backends.tinygrad.device import canonical
   try:
     return backend, (canonical(requested) if requested else Device.DEFAULT).partition(":")[0]
   except RuntimeError:  # no usable device at all

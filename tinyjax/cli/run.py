@@ -38,7 +38,7 @@ _RUNPY_FILES = {os.path.abspath(runpy.__file__), "<frozen runpy>"}
 
 def _environment(device, backend, fallback, beam, debug) -> dict[str, str]:
   """The variables the options set: tinyjax's own, and tinygrad's (DEV selects its device and renderer)."""
-  from tinyjax.backends.tinygrad import canonical
+  from tinyjax.backends.tinygrad.device import canonical
   env = {}
   if backend is not None:
     env["TINYJAX_BACKEND"] = backend.value

@@ -127,8 +127,8 @@ class Array(jax.Array):
     if self.is_deleted():
       self._value.to_host()  # raises
     if self._value.pending:
-      from tinyjax.core import buffer
-      buffer.flush((self._value,))
+      from tinyjax.core import pending
+      pending.flush((self._value,))
     for backend, buffer in self._value.buffers.items():
       backend.wait(buffer)
     return self
@@ -257,11 +257,11 @@ class Array(jax.Array):
 
   def delete(self):
     """Free this Array's buffers now; reading it afterwards raises, as in JAX."""
-    from tinyjax.core.buffer import DeletedValue
+    from tinyjax.core.pending import DeletedValue
     self._value, self._jax = DeletedValue(self.aval), None
 
   def is_deleted(self) -> bool:
-    from tinyjax.core.buffer import DeletedValue
+    from tinyjax.core.pending import DeletedValue
     return isinstance(self._value, DeletedValue)
 
   def unsafe_buffer_pointer(self) -> int:
@@ -318,7 +318,7 @@ tracing.set_array_type(Array)
 
 
 def _host_value(aval, host):
-  from tinyjax.core.buffer import Value
+  from tinyjax.core.pending import Value
   return Value(aval, host=host)
 
 

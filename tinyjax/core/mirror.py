@@ -28,40 +28,46 @@ def wrap(fn, name=None):
 
 class Ufunc(jnp.ufunc):
   """A jnp.ufunc (JAX's checks and repr, equal to JAX's) whose call and methods (reduce, accumulate, outer, at,
-  reduceat) are lazy."""
+  reduceat) are lazy: each goes through `_call` (which patch mode's ufuncs redefine)."""
 
   def __init__(self, ufunc):
     super().__init__(ufunc._func, ufunc.nin, ufunc.nout, name=ufunc.__name__, nargs=ufunc.nargs,
                      identity=ufunc.identity)
     self._ufunc = ufunc
 
+  def _call(self, fn, args, kwargs):
+    return tracing.call(fn, args, kwargs)
+
   def __call__(self, *args, **kwargs):
-    return tracing.call(self._ufunc, args, kwargs)
+    return self._call(self._ufunc, args, kwargs)
 
   def reduce(self, *args, **kwargs):
-    return tracing.call(self._ufunc.reduce, args, kwargs)
+    return self._call(self._ufunc.reduce, args, kwargs)
 
   def accumulate(self, *args, **kwargs):
-    return tracing.call(self._ufunc.accumulate, args, kwargs)
+    return self._call(self._ufunc.accumulate, args, kwargs)
 
   def at(self, *args, **kwargs):
-    return tracing.call(self._ufunc.at, args, kwargs)
+    return self._call(self._ufunc.at, args, kwargs)
 
   def reduceat(self, *args, **kwargs):
-    return tracing.call(self._ufunc.reduceat, args, kwargs)
+    return self._call(self._ufunc.reduceat, args, kwargs)
 
   def outer(self, *args, **kwargs):
-    return tracing.call(self._ufunc.outer, args, kwargs)
+    return self._call(self._ufunc.outer, args, kwargs)
 
 
 class IndexTrick:
-  """`r_`, `c_`, `mgrid`, `ogrid`: objects indexed to build arrays."""
+  """`r_`, `c_`, `mgrid`, `ogrid`: objects indexed to build arrays, lazily (through `_call`, as Ufunc)."""
 
   def __init__(self, trick):
     self._trick = trick
 
+  def _call(self, fn, args, kwargs):
+    return tracing.call(fn, args, kwargs)
+
   def __getitem__(self, key):
-    return tracing.call(_index_trick, (self._trick, key))
+    return self._call(_index_trick, (self._trick, key), {})
 
   def __repr__(self):
     return f"<tinyjax {self._trick!r}>"

@@ -1,7 +1,7 @@
 """What ran where: primitives per backend, segments, bytes that crossed between backends, eager JAX calls.
 
 `tinyjax.report()` covers the whole process; `tinyjax.explain(f)(*args)` (tinyjax.transforms) covers one call of `f`.
-The flush (tinyjax.core.buffer) records here; nothing here runs anything.
+The flush (tinyjax.core.pending) records here; nothing here runs anything.
 """
 import collections
 import contextlib
@@ -57,14 +57,15 @@ def _reports():
   return [_process, *_scopes]
 
 
-def record_run(compiled) -> None:
+def record_run(placement) -> None:
+  """Count one run of a program that executed as `placement` (an ir.backend.Placement) says."""
   for report in _reports():
     report.flushes += 1
-    report.primitives.update(compiled.counts)
-    report.segments.update(compiled.segments)
-    report.bytes_crossed += compiled.bytes_crossed
-    if compiled.reason:
-      report.choices[compiled.reason] += 1
+    report.primitives.update(placement.counts)
+    report.segments.update(placement.segments)
+    report.bytes_crossed += placement.bytes_crossed
+    if placement.reason:
+      report.choices[placement.reason] += 1
 
 
 def record_compile() -> None:

@@ -26,8 +26,8 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
-from tinyjax.core import buffer
-from tinyjax.core.buffer import DeletedValue, Value
+from tinyjax.core import pending
+from tinyjax.core.pending import DeletedValue, Value
 from tinyjax.core.report import record_eager
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device
@@ -83,7 +83,7 @@ def _is_leaf(x) -> bool:
   return is_array(x) or isinstance(x, Scalar)
 
 
-def _host_aval(x):
+def host_aval(x):
   if keys.is_key(x.dtype):
     return jax.typeof(x)
   dtype = jax.dtypes.canonicalize_dtype(x.dtype)
@@ -162,7 +162,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     if is_array(leaf):
       aval = leaf.aval
     elif isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
-      aval = _host_aval(leaf)
+      aval = host_aval(leaf)
     elif isinstance(leaf, Scalar) and scalars_dynamic:
       aval = _scalar_aval(type(leaf.value), jax.config.jax_enable_x64)
     else:
@@ -296,10 +296,10 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   inputs = [_input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
   forwarded = {id(leaves[i]._value): leaves[i] for i in dynamic if is_array(leaves[i])}
-  outs = [forwarded[id(v)] if id(v) in forwarded else Array(v) for v in buffer.append(traced, inputs, source)]
+  outs = [forwarded[id(v)] if id(v) in forwarded else Array(v) for v in pending.append(traced, inputs, source)]
   for out in outs:
     if out._value.pending:
-      buffer.track(out)
+      pending.track(out)
   return jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 

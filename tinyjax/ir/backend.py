@@ -1,12 +1,12 @@
 """The backend interface: what every backend implements, and the errors of the fallback policy.
 
 A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
-equation (`supports`) and compiles a flushed Program into a runner (`compile`). Which backend is in effect, and
+equation (`why_not`, `supports`) and compiles a flushed Program into a runner (`compile`). Which backend is in effect, and
 the fallback policy, are in tinyjax.backends.selection (above the concrete backends, which import this module).
 """
 import abc
 import dataclasses
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -25,15 +25,28 @@ class Device:
     return f"{self.platform.capitalize()}Device({self.name})"
 
 
-@dataclasses.dataclass
-class Compiled:
-  """A program ready to run: `run(input buffers) -> output buffers`, and what one run executes where."""
-  run: Callable[[list], list]
-  counts: dict  # (backend name, primitive name) -> equations per run
-  segments: list  # backend name of each segment, in order
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """What one run of a compiled program executes where."""
+  counts: Mapping  # (backend name, primitive name) -> equations per run
+  segments: tuple  # backend name of each segment, in order
   bytes_crossed: int  # bytes moved between backends per run
   reason: str = ""  # why it runs where it does, when a choice was made (TINYJAX_BACKEND=auto)
-  target: "Backend | None" = None  # the backend whose buffers `run` takes and returns, if not the compiling one
+  target: "Backend | None" = None  # the backend whose buffers a run takes and returns, if not the compiling one
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+  """A program ready to run: `run(input buffers) -> output buffers`, and `placement()`, what a run executes where
+  now: fixed when compiled, except that tinygrad's rescue (a kernel it cannot compile) and auto's first run (which
+  chooses a backend) decide it at a run."""
+  run: Callable[[list], list]
+  placement: Callable[[], Placement]
+
+  @classmethod
+  def placed(cls, run: Callable[[list], list], placement: Placement) -> "Compiled":
+    """A Compiled whose placement never changes."""
+    return cls(run, lambda: placement)
 
 
 class Backend(abc.ABC):
@@ -49,8 +62,12 @@ class Backend(abc.ABC):
     """A buffer of this backend as a host array."""
 
   @abc.abstractmethod
+  def why_not(self, eqn) -> str | None:
+    """Why this backend does not run the equation natively (no rule, a dtype its device lacks, ...); None if it
+    does."""
+
   def supports(self, eqn) -> bool:
-    """Whether this backend runs the equation natively (rule and dtypes)."""
+    return self.why_not(eqn) is None
 
   @abc.abstractmethod
   def compile(self, program) -> Compiled:
@@ -72,17 +89,8 @@ class Backend(abc.ABC):
 
 
 def wrap_compiled(inner: Compiled, run: Callable[[list], list]) -> Compiled:
-  """A Compiled that runs `run` (which calls `inner.run`) and reports what `inner` executes: read after each run,
-  since a rescue (tinygrad's `_run_or_rescue`) changes it."""
-  outer = Compiled(None, inner.counts, inner.segments, inner.bytes_crossed, inner.reason, inner.target)
-
-  def run_and_report(inputs):
-    outs = run(inputs)
-    outer.counts, outer.segments, outer.bytes_crossed = inner.counts, inner.segments, inner.bytes_crossed
-    outer.reason, outer.target = inner.reason, inner.target
-    return outs
-  outer.run = run_and_report
-  return outer
+  """A Compiled that runs `run` (which calls `inner.run`) and executes where `inner` does."""
+  return dataclasses.replace(inner, run=run)
 
 
 class DeviceNotFoundError(RuntimeError):

@@ -58,7 +58,7 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
   """
   import importlib
 
-  from tinyjax.core.buffer import _flush_lock
+  from tinyjax.core.pending import flush_lock
   from tinyjax.standalone.capture import capture, identifier, trace
   if target not in TARGETS:
     raise ExportError(f"unknown export target {target!r}; choose one of {', '.join(TARGETS)}")
@@ -67,7 +67,7 @@ def export(fn, *example_args, target: str = "c", name: str | None = None) -> Exp
   backend = _backend(target)
   writer = importlib.import_module(f"tinyjax.standalone.{target}")  # c.py, webgpu.py: renderer() and write()
   # NB: tinygrad's scheduler is not thread-safe and its capture hook is global: other threads' flushes wait
-  with _flush_lock:
+  with flush_lock:
     graph = capture(name, closed, in_names, out_names, backend, writer.renderer())
   source = getattr(getattr(fn, "__code__", None), "co_filename", "")
   summary = f"{getattr(fn, '__qualname__', name)}" + (f" from {os.path.basename(source)}" if source else "") + \

@@ -185,17 +185,10 @@ def _equations(jaxpr, line: str = "<unknown>"):
 
 
 def _why_not_native(eqn, backend) -> str | None:
-  from tinyjax.backends.tinygrad.table import RULES, uses_host_sync
-  in_avals, out_avals = tuple(v.aval for v in eqn.invars), tuple(v.aval for v in eqn.outvars)
-  as_run = Eqn(eqn.primitive, dict(eqn.params), (), (), in_avals, out_avals, "")
-  if eqn.primitive.name not in RULES:
-    return "no tinygrad rule"
-  if not backend.supports(as_run):
-    dtypes = ", ".join(sorted({str(a.dtype) for a in in_avals + out_avals}))
-    return f"{dtypes}: a dtype the device lacks, or a part with no tinygrad rule"
-  if uses_host_sync([as_run]):
-    return "reads values on the host while it runs: a data-dependent loop"
-  return None
+  from tinyjax.backends.tinygrad.plan import why_not
+  as_run = Eqn(eqn.primitive, dict(eqn.params), (), (), tuple(v.aval for v in eqn.invars),
+               tuple(v.aval for v in eqn.outvars), "")
+  return why_not(as_run, backend.supports_dtype, exporting=True)
 
 
 def check_native(name: str, closed: ClosedJaxpr, backend) -> None:
@@ -256,7 +249,7 @@ def _run_lazily(backend, program, inputs):
   from tinygrad import Tensor
 
   from tinyjax.backends.tinygrad.amendments import kernel_context
-  outs = backend._execute(program, backend.plan(program).steps, list(inputs))
+  outs = backend.run_lazily(program, list(inputs))
   if any(isinstance(t, np.ndarray) for t in outs):
     raise ExportError(f"an output's dtype is one tinygrad's {backend.tg_device} device lacks")
   outs = [t.contiguous() for t in outs]
@@ -283,7 +276,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   for (label, path), aval in zip(in_names + out_names, closed.in_avals + closed.out_avals):
     if 0 in aval.shape:
       raise ExportError(f"{path} has no elements (shape {aval.shape}); an export needs sizes above zero")
-  backend.plan(program)  # NB: plans (and dtype probes, which run kernels) before the capture, which forbids runs
+  backend.plan_of(program)  # NB: plans (and dtype probes, which run kernels) before the capture, which forbids runs
   device = backend.tg_device
   inputs = [Tensor.empty(max(a.size, 1), dtype=tg_dtype(a.dtype), device=device).realize().reshape(a.shape)
             for a in closed.in_avals]

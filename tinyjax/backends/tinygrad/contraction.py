@@ -11,7 +11,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -35,7 +35,7 @@ def _from_plus_zero(result, terms: int):
   """
   if not dtypes.is_float(result.dtype) or terms <= 1:
     return result
-  return fm.positive_zero(result)
+  return fb.positive_zero(result)
 
 
 def _to_output(ctx, result):
@@ -161,7 +161,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   if dtype == np.bool_:
     return windows.any(axes) if largest else windows.all(axes)
   if dtype.kind == "f":
-    return fm.extreme(windows, axes, largest)
+    return fb.max_or_min(windows, axes, largest)
   return windows.max(axes) if largest else windows.min(axes)
 
 

@@ -20,7 +20,7 @@ import functools
 
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
-from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 from tinyjax.ir import keys
 
@@ -62,7 +62,7 @@ def _replay(jit, *args):
   # an output written by read-modify-write, as WGSL writes packed arrays (bool, 8- and 16-bit integers). Passed
   # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
   # while loop (its predicate a bool array) never ended on WEBGPU
-  args = [a.clone() if isinstance(a, Tensor) and fm.packed_on_wgsl(a) else a for a in args]
+  args = [a.clone() if isinstance(a, Tensor) and fb.packed_on_wgsl(a) else a for a in args]
   try:
     return jit(*args)
   except JitError:

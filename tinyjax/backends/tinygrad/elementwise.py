@@ -12,7 +12,9 @@ from tinygrad import dtypes
 from tinygrad.dtype import can_lossless_cast
 from tinygrad.uop.ops import Ops
 
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import xla_formulas as xf
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -27,15 +29,15 @@ def _wrapping(op, float_op=None):
   NB: tinygrad's C kernels promote narrow integers without narrowing them again, and clang assumes that signed
   integers never overflow; XLA wraps every op. Unsigned 32/64-bit arithmetic, narrowed explicitly, does the same.
   """
-  rounded = fm.rounded(float_op or op)
+  rounded = fm.rounded_op(float_op or op)
 
   def apply(*xs):
     dtype = xs[0].dtype
     if dtypes.is_float(dtype):
       guarded = _constant_operand(op, *xs)
       return rounded(*xs) if guarded is None else guarded
-    unsigned = fm.UINT[dtype.itemsize]
-    return _wrap(op(*(x.bitcast(unsigned).cast(fm.UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
+    unsigned = fb.UINT[dtype.itemsize]
+    return _wrap(op(*(x.bitcast(unsigned).cast(fb.UINT[max(dtype.itemsize, 4)]) for x in xs)), unsigned).bitcast(dtype)
   return apply
 
 
@@ -45,11 +47,11 @@ def _wrap(x, unsigned):
   NB: tinygrad folds constant integer expressions without wrapping: 65536 * 65536 stays 2**32 in uint32, and 300
   cast to uint8 stays 300, which is wrong once another op uses them ((65536 * 65536) % 7). A mask wraps them.
   """
-  return (x & fm.typed(x, (1 << (8 * unsigned.itemsize)) - 1)).cast(unsigned)
+  return (x & fb.typed(x, (1 << (8 * unsigned.itemsize)) - 1)).cast(unsigned)
 
 
 add, mul = _wrapping(operator.add), _wrapping(operator.mul)
-sub = _wrapping(operator.sub, float_op=lambda x, y: x + fm.minus(y))
+sub = _wrapping(operator.sub, float_op=lambda x, y: x + fb.minus(y))
 
 
 def _float_constant(x):
@@ -71,7 +73,7 @@ def _constant_operand(op, x, y):
   NB: IEEE (and XLA) give inf * 0 = NaN, NaN * 0 = NaN, -x * 0 = -0.0 and -0.0 + 0.0 = +0.0, which folding x * 0 -> 0
   and x + 0 -> x loses. tinygrad's own folds of floats are amended (amendments.py); a zero that is a constant in the
   kernel's code is still folded by WGSL's compilers, which may assume no NaN: such a zero never reaches the code.
-  tinygrad also merges x * -1 with other terms in x (see floatmath.minus).
+  tinygrad also merges x * -1 with other terms in x (see floatbits.minus).
   """
   zx, zy = _zero_constant(x), _zero_constant(y)
   minus_one = op is operator.mul and -1.0 in (_float_constant(x), _float_constant(y))
@@ -84,17 +86,17 @@ def _constant_operand(op, x, y):
   shape = tuple(b if a == 1 else a for a, b in zip(x.shape, y.shape))  # NB: not max: a size-0 dim stays empty
   x, y = x.expand(shape), y.expand(shape)
   if minus_one:
-    return fm.minus(y if _float_constant(x) == -1.0 else x)
+    return fb.minus(y if _float_constant(x) == -1.0 else x)
   if op is operator.mul:
     other, zero = (y, zx) if zx is not None else (x, zy)
-    signed_zero = fm.with_sign(other.const_like(0), other if zero > 0 else -other)
-    return (fm.isnan(other) | fm.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
+    signed_zero = fb.with_sign(other.const_like(0), other if zero > 0 else -other)
+    return (fb.isnan(other) | fb.fabs(other).eq(math.inf)).where(math.nan, signed_zero)
   if op is operator.sub:  # x - y is x + (-y), exactly
-    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else fm.minus(y))
+    return _constant_operand(operator.add, x, y.const_like(-zy * 0.0) if zy is not None else fb.minus(y))
   zero, other = (zx, y) if zx is not None else (zy, x)
   if zero < 0:  # x + (-0.0) is x, exactly
     return other
-  return (other.eq(0) & ~fm.isnan(other)).where(other.const_like(0.0), other)  # x + 0.0 is x, -0.0 + 0.0 is +0.0
+  return (other.eq(0) & ~fb.isnan(other)).where(other.const_like(0.0), other)  # x + 0.0 is x, -0.0 + 0.0 is +0.0
 
 
 def _unary(fn):
@@ -111,11 +113,11 @@ def _binary(fn):
 
 # --- arithmetic
 def _neg(x):
-  return fm.minus(x) if _is_float(x) else sub(x.const_like(0), x)
+  return fb.minus(x) if _is_float(x) else sub(x.const_like(0), x)
 
 
 def _abs(x):
-  return fm.fabs(x) if _is_float(x) else (x < 0).where(_neg(x), x)  # NB: tinygrad's x * sign(x) keeps -0.0
+  return fb.fabs(x) if _is_float(x) else (x < 0).where(_neg(x), x)  # NB: tinygrad's x * sign(x) keeps -0.0
 
 
 def _sign(x):
@@ -148,8 +150,8 @@ def _div(x, y, broadcast_divisor=False):
     if broadcast_divisor:
       # NB: XLA divides by a broadcast operand as a multiplication by its reciprocal; tinygrad turns x * (1 / y)
       # back into x / y, but not -(x * (-1 / y))
-      return -fm.rounded(operator.mul)(x, fm.rounded(fm.div)(y.const_like(-1), y))
-    return fm.rounded(fm.div)(x, y)
+      return -fm.rounded_op(operator.mul)(x, fm.rounded_op(fm.div)(y.const_like(-1), y))
+    return fm.rounded_op(fm.div)(x, y)
   quotient = _integer_quotient(x, y, lambda a, b: a.div(b, rounding_mode="trunc"))
   return y.eq(0).where(-1 if not dtypes.is_unsigned(x.dtype) else x.dtype.max, quotient)  # XLA: x / 0 = -1
 
@@ -167,7 +169,7 @@ def _max(x, y):
     return x.maximum(y)
   # NB: tinygrad's maximum drops NaN and may return -0.0 for max(-0.0, 0.0); XLA propagates NaN, orders -0.0 < 0.0
   # NB: NaN first, by its bits: WGSL compilers may assume that comparisons never see NaN
-  tie = (fm.bits(x) & fm.bits(y)).bitcast(x.dtype)
+  tie = (fb.bits(x) & fb.bits(y)).bitcast(x.dtype)
   return _either_nan(x, y).where(_nan_of(x, y), (x > y).where(x, (y > x).where(y, tie)))
 
 
@@ -176,24 +178,24 @@ def _min(x, y):
     return x & y
   if not _is_float(x):
     return x.minimum(y)
-  tie = (fm.bits(x) | fm.bits(y)).bitcast(x.dtype)
+  tie = (fb.bits(x) | fb.bits(y)).bitcast(x.dtype)
   return _either_nan(x, y).where(_nan_of(x, y), (x < y).where(x, (y < x).where(y, tie)))
 
 
 def _either_nan(x, y):
-  return fm.isnan(x) | fm.isnan(y)
+  return fb.isnan(x) | fb.isnan(y)
 
 
 def _nan_of(x, y):
   """The NaN among x and y (where either is NaN).
 
   NB: not x + y, which tinygrad may fold: with y = x * -1, x + x * -1 -> x * 0 -> 0."""
-  return fm.isnan(x).where(x, y)
+  return fb.isnan(x).where(x, y)
 
 
 def _round(x, away_from_zero: bool):
   whole = x.trunc()
-  fraction = fm.fabs(x - whole)
+  fraction = fb.fabs(x - whole)
   odd = (whole * 0.5).trunc().ne(whole * 0.5)
   # NB: tinygrad's round is half-to-even only, and loses the sign of -0.0
   half = fraction.eq(0.5)
@@ -223,17 +225,17 @@ def _signed_like(rounded, x):
   """floor(x) or ceil(x), with the sign of x as IEEE gives it (floor(-0.0) and ceil(-0.5) are -0.0).
 
   NB: tinygrad folds them on constants with Python's math.floor and math.ceil, whose integer results lose -0.0."""
-  return fm.with_sign(rounded, x)
+  return fb.with_sign(rounded, x)
 
 
 FLOAT_FUNCTIONS = {
-  "exp": fm.exp, "exp2": fm.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": fm.tanh,
-  "logistic": fm.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
-  "atan": fm.atan, "sinh": fm.sinh, "cosh": fm.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
-  "sqrt": fm.rounded(lambda x: x.sqrt()), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": fm.erf, "erfc": fm.erfc,
-  "erf_inv": fm.erf_inv, "lgamma": fm.lgamma, "digamma": fm.digamma,
+  "exp": fm.exp, "exp2": xf.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": fm.tanh,
+  "logistic": xf.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
+  "atan": fm.atan, "sinh": xf.sinh, "cosh": xf.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
+  "sqrt": fm.rounded_op(lambda x: x.sqrt()), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": xf.erf, "erfc": xf.erfc,
+  "erf_inv": xf.erf_inv, "lgamma": xf.lgamma, "digamma": xf.digamma,
   "floor": lambda x: _signed_like(x.floor(), x), "ceil": lambda x: _signed_like(x.ceil(), x),
-  "is_finite": lambda x: fm.fabs(x) < math.inf,
+  "is_finite": lambda x: fb.fabs(x) < math.inf,
 }
 for _name, _fn in {**FLOAT_FUNCTIONS, "neg": _neg, "abs": _abs, "sign": _sign, "not": lambda x: ~x,
                    "square": lambda x: mul(x, x)}.items():
@@ -271,10 +273,6 @@ def _le(x, y):
   return (x < y) | x.eq(y)  # NB: tinygrad's x <= y is not(x > y), True when either is NaN
 
 
-def _total_order_key(x):
-  return fm.order_key(x) if _is_float(x) else x
-
-
 def _ordered(compare):
   """A float comparison that is False where either operand is NaN (IEEE's ordered comparisons, XLA's).
 
@@ -283,8 +281,8 @@ def _ordered(compare):
   def apply(x, y):
     if not _is_float(x):
       return compare(x, y)
-    if x.uop is y.uop and compare in (_equal, _le):  # NB: jnp.isnan is x != x: see fm.isnan
-      return ~fm.isnan(x)
+    if x.uop is y.uop and compare in (_equal, _le):  # NB: jnp.isnan is x != x: see fb.isnan
+      return ~fb.isnan(x)
     return compare(x, y) & ~_either_nan(x, y)
   return apply
 
@@ -301,15 +299,15 @@ for _name, _fn in {"eq": _ordered(_equal), "ne": _ne, "lt": _ordered(operator.lt
                    "le": _ordered(_le), "ge": _ordered(lambda x, y: _le(y, x))}.items():
   register(_name)(_binary(_fn))
   if _name in ("eq", "lt", "le"):
-    register(f"{_name}_to")(_binary(lambda x, y, fn=_fn: fn(_total_order_key(x), _total_order_key(y))))
+    register(f"{_name}_to")(_binary(lambda x, y, fn=_fn: fn(fb.order_key(x), fb.order_key(y))))
 
 
 # --- shifts and bit counting: on unsigned or signed 32/64-bit views, narrowed explicitly
-def _shift(x, y, kind: str):
-  width = fm.width(x)
-  view = (fm.SINT if kind == "shift_right_arithmetic" else fm.UINT)[x.dtype.itemsize]
-  wide = (fm.SINT if kind == "shift_right_arithmetic" else fm.UINT)[max(x.dtype.itemsize, 4)]
-  amount = fm.bits(y)  # negative amounts are out of range too
+def _bit_shift(x, y, kind: str):
+  width = fb.width(x)
+  view = (fb.SINT if kind == "shift_right_arithmetic" else fb.UINT)[x.dtype.itemsize]
+  wide = (fb.SINT if kind == "shift_right_arithmetic" else fb.UINT)[max(x.dtype.itemsize, 4)]
+  amount = fb.bits(y)  # negative amounts are out of range too
   out_of_range = amount >= width
   if kind == "shift_right_arithmetic":  # NB: C shifts by >= the width are undefined; XLA fills with the sign
     amount = out_of_range.where(width - 1, amount)
@@ -317,12 +315,12 @@ def _shift(x, y, kind: str):
     amount = out_of_range.where(0, amount)
   value = x.bitcast(view).cast(wide)
   shifted = value << amount.cast(wide) if kind == "shift_left" else value >> amount.cast(wide)
-  shifted = _wrap(shifted.bitcast(fm.UINT[wide.itemsize]), fm.UINT[view.itemsize]).bitcast(x.dtype)
+  shifted = _wrap(shifted.bitcast(fb.UINT[wide.itemsize]), fb.UINT[view.itemsize]).bitcast(x.dtype)
   return shifted if kind == "shift_right_arithmetic" else out_of_range.where(0, shifted)
 
 
 for _kind in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
-  register(_kind)(_binary(lambda x, y, kind=_kind: _shift(x, y, kind)))
+  register(_kind)(_binary(lambda x, y, kind=_kind: _bit_shift(x, y, kind)))
 
 
 def _repeated_bytes(byte: int, width: int) -> int:
@@ -331,8 +329,8 @@ def _repeated_bytes(byte: int, width: int) -> int:
 
 @register("population_count")
 def _population_count(ctx, x):
-  width = max(fm.width(x), 32)
-  v = fm.bits(x).cast(fm.UINT[width // 8])
+  width = max(fb.width(x), 32)
+  v = fb.bits(x).cast(fb.UINT[width // 8])
   v = v - ((v >> 1) & _repeated_bytes(0x55, width))
   v = (v & _repeated_bytes(0x33, width)) + ((v >> 2) & _repeated_bytes(0x33, width))
   v = (v + (v >> 4)) & _repeated_bytes(0x0F, width)
@@ -341,8 +339,8 @@ def _population_count(ctx, x):
 
 @register("clz")
 def _clz(ctx, x):
-  width = max(fm.width(x), 32)
-  v = fm.bits(x).cast(fm.UINT[width // 8])
+  width = max(fb.width(x), 32)
+  v = fb.bits(x).cast(fb.UINT[width // 8])
   count = v.eq(0).cast(v.dtype)
   step = width // 2
   while step:  # binary search for the highest set bit
@@ -350,7 +348,7 @@ def _clz(ctx, x):
     count = count + empty.where(step, 0).cast(v.dtype)
     v = empty.where(v << step, v)
     step //= 2
-  return (count - (width - fm.width(x))).cast(x.dtype)
+  return (count - (width - fb.width(x))).cast(x.dtype)
 
 
 # --- selection
@@ -379,14 +377,14 @@ def _clamp(ctx, low, x, high):
 def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   dtype = tg_dtype(new_dtype)
   if dtype == dtypes.bool:
-    return x.ne(0) | fm.isnan(x) if _is_float(x) else x.ne(0)  # NaN is True (told by its bits: see _ordered)
+    return x.ne(0) | fb.isnan(x) if _is_float(x) else x.ne(0)  # NaN is True (told by its bits: see _ordered)
   if dtypes.is_int(x.dtype) and dtypes.is_int(dtype):
     return _convert_integer(x, dtype)
   if not (_is_float(x) and dtypes.is_int(dtype)):
     return fm.narrow(x, dtype)
   # NB: C casts of NaN and out-of-range floats are undefined (tinygrad gives INT_MIN); XLA saturates, NaN -> 0
   low, high = dtype.min, dtype.max
-  ordered = ~fm.isnan(x)  # NB: tinygrad's >= is True for NaN, and WGSL may take any comparison with NaN as True
+  ordered = ~fb.isnan(x)  # NB: tinygrad's >= is True for NaN, and WGSL may take any comparison with NaN as True
   too_low, too_high = ordered & ((x < low) | x.eq(low)), ordered & ((x > high + 1) | x.eq(high + 1))
   # NB: x.trunc() (what the cast does anyway) stops tinygrad pushing the cast into a select inside x, where it
   # would cast a NaN constant branch to an integer (a ValueError at the flush: jnp.arcsin(x).astype(int))
@@ -403,8 +401,8 @@ def _convert_integer(x, dtype):
   if can_lossless_cast(x.dtype, dtype):
     return x.cast(dtype)
   if dtype.itemsize > x.dtype.itemsize:  # widening to unsigned: sign-extend first, then reinterpret
-    return x.cast((fm.UINT if dtypes.is_unsigned(x.dtype) else fm.SINT)[dtype.itemsize]).bitcast(dtype)
-  return _wrap(fm.bits(x), fm.UINT[dtype.itemsize]).bitcast(dtype)
+    return x.cast((fb.UINT if dtypes.is_unsigned(x.dtype) else fb.SINT)[dtype.itemsize]).bitcast(dtype)
+  return _wrap(fb.bits(x), fb.UINT[dtype.itemsize]).bitcast(dtype)
 
 
 @register("bitcast_convert_type")
@@ -419,7 +417,7 @@ def _bitcast_convert_type(ctx, x, *, new_dtype):
 def _reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
   """XLA's rounding to a float with fewer bits: mantissa to nearest even, then exponent overflow and underflow."""
   exponent_width, mantissa_width = {2: (5, 10), 4: (8, 23), 8: (11, 52)}[x.dtype.itemsize]
-  width, v = fm.width(x), fm.bits(x)
+  width, v = fb.width(x), fb.bits(x)
   if mantissa_bits < mantissa_width:
     dropped = mantissa_width - mantissa_bits
     v = v + (((v >> dropped) & 1) + ((1 << (dropped - 1)) - 1))
@@ -430,16 +428,16 @@ def _reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
     exponent, sign = v & exponent_mask, v & (1 << (width - 1))
     v = (exponent > (bias + new_bias) << mantissa_width).where(
       sign | exponent_mask, (exponent <= (bias - new_bias) << mantissa_width).where(sign, v))
-  return fm.isnan(x).where(x, v.bitcast(x.dtype))
+  return fb.isnan(x).where(x, v.bitcast(x.dtype))
 
 
 @register("nextafter")
 def _nextafter(ctx, x, y):
-  top = 1 << (fm.width(x) - 1)
-  bx, by = fm.bits(x), fm.bits(y)
+  top = 1 << (fb.width(x) - 1)
+  bx, by = fb.bits(x), fb.bits(y)
   magnitude_x, magnitude_y = bx & (top - 1), by & (top - 1)
   toward_zero = (magnitude_x > magnitude_y) | ((bx ^ by) >= top)
   step = toward_zero.where(bx - 1, bx + 1)
   from_zero = magnitude_y.eq(0).where(by, (by & top) | 1)  # the smallest denormal, signed like y
   result = x.eq(y).where(by, magnitude_x.eq(0).where(from_zero, step))
-  return (fm.isnan(x) | fm.isnan(y)).where(math.nan, result.bitcast(x.dtype))
+  return (fb.isnan(x) | fb.isnan(y)).where(math.nan, result.bitcast(x.dtype))

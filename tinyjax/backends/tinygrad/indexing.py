@@ -14,7 +14,7 @@ from jax.lax import GatherScatterMode
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.contraction import _windows, dtype_limit, empty_result
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
@@ -30,7 +30,7 @@ def to_bits(x, dtype):
   dtype = np.dtype(dtype)
   if dtype == np.bool_:
     return x.cast(dtypes.uint8)
-  return x.bitcast(fm.SINT[dtype.itemsize]) if dtype.kind == "f" else x
+  return x.bitcast(fb.SINT[dtype.itemsize]) if dtype.kind == "f" else x
 
 
 def from_bits(bits, dtype):
@@ -38,7 +38,7 @@ def from_bits(bits, dtype):
   if dtype == np.bool_:
     return bits != 0
   if dtype.kind == "f":
-    return bits.cast(fm.SINT[dtype.itemsize]).bitcast(tg_dtype(dtype))
+    return bits.cast(fb.SINT[dtype.itemsize]).bitcast(tg_dtype(dtype))
   return bits.cast(tg_dtype(dtype))
 
 
@@ -46,15 +46,6 @@ def pick(mask, values, axis: int, dtype):
   """The element of `values` where `mask` holds along `axis` (at most one does; zero bits where none does)."""
   bits = to_bits(values, dtype)
   return from_bits(mask.where(bits, 0).sum(axis, dtype=bits.dtype), dtype)
-
-
-def order_key(x, dtype):
-  """Integers in XLA's total order of `dtype`'s values: for floats -NaN < -inf < -0.0 < 0.0 < inf < NaN."""
-  return fm.order_key(x) if np.dtype(dtype).kind == "f" else to_bits(x, dtype)
-
-
-def from_order_key(key, dtype):
-  return fm.from_order_key(key, tg_dtype(dtype)) if np.dtype(dtype).kind == "f" else from_bits(key, dtype)
 
 
 def _literal_start(start, high: int) -> int | None:
@@ -185,8 +176,8 @@ def _combine_sum(ctx, base, hits, updates, axis):
   total = hits.where(updates.cast(acc), 0.0).sum(axis, dtype=acc)
   # NB: adding -0.0 leaves every value as it is, but a tinygrad sum starts from +0.0: keep the operand element
   # unless an update other than -0.0 (whose bits are the sign bit alone) lands on it
-  update_bits = fm.bits(updates)
-  moves = (hits & (update_bits != fm.typed(update_bits, 1 << (fm.width(updates) - 1)))).any(axis)
+  update_bits = fb.bits(updates)
+  moves = (hits & (update_bits != fb.typed(update_bits, 1 << (fb.width(updates) - 1)))).any(axis)
   return moves.where((base.cast(acc) + total).cast(base.dtype), base)
 
 
@@ -211,18 +202,18 @@ def _limit(keys, largest: bool, floats: bool) -> int:
   return limit - (1 if largest else -1) * floats
 
 
-def _combine_extreme(largest: bool):
+def _combine_max_or_min(largest: bool):
   """scatter-max / scatter-min on order keys: -0.0 < 0.0 as in XLA, and NaN wins either way (XLA propagates it)."""
   def combine(ctx, base, hits, updates, axis):
     dtype = ctx.out_aval.dtype
 
     def key(x):
-      return fm.nan_order_key(x, nan_largest=largest) if dtype.kind == "f" else order_key(x, dtype)
+      return fb.order_key(x, nan_largest=largest)
     keyed = key(updates)
     chosen = hits.where(keyed, _limit(keyed, not largest, dtype.kind == "f"))
     if largest:
-      return from_order_key(key(base).maximum(chosen.max(axis)), dtype)
-    return from_order_key(key(base).minimum(chosen.min(axis)), dtype)
+      return fb.from_order_key(key(base).maximum(chosen.max(axis)), tg_dtype(dtype))
+    return fb.from_order_key(key(base).minimum(chosen.min(axis)), tg_dtype(dtype))
   return combine
 
 
@@ -271,7 +262,7 @@ def _scatter_rule(combine):
 
 
 for _name, _combine in {"scatter-add": _combine_sum, "scatter-mul": _combine_product,
-                        "scatter-max": _combine_extreme(True), "scatter-min": _combine_extreme(False)}.items():
+                        "scatter-max": _combine_max_or_min(True), "scatter-min": _combine_max_or_min(False)}.items():
   register(_name)(_scatter_rule(_combine))
 
 
@@ -285,7 +276,7 @@ def _scatter(ctx, operand, indices, updates, *, dimension_numbers, mode, update_
 
 # --- dynamic slices: a one-hot shift along each axis whose size changes
 
-def _shift(bits, axis: int, offset, size: int):
+def _moved_along(bits, axis: int, offset, size: int):
   """out[j] = bits[j - offset] along `axis`, for j < size; zero where j - offset falls outside `bits`."""
   if isinstance(offset, int):  # a literal start: a static shrink and pad, no one-hot sum
     low, high = max(offset, 0), min(size, bits.shape[axis] + offset)  # the j that have a source
@@ -312,7 +303,7 @@ def _dynamic_slice(ctx, operand, *starts, slice_sizes):
       high = operand.shape[axis] - size
       known = _literal_start(start, high)
       start = known if known is not None else _clamped_start(start, ctx.in_avals[1 + axis].dtype, high)[0]
-      bits = _shift(bits, axis, -start, size)
+      bits = _moved_along(bits, axis, -start, size)
   return from_bits(bits, dtype)
 
 
@@ -328,7 +319,7 @@ def _dynamic_update_slice(ctx, operand, update, *starts):
     if size != full:
       known = _literal_start(start, full - size)
       start = known if known is not None else _clamped_start(start, ctx.in_avals[2 + axis].dtype, full - size)[0]
-      bits = _shift(bits, axis, start, full)
+      bits = _moved_along(bits, axis, start, full)
       positions = arange(full).reshape(full, *[1] * (operand.ndim - axis - 1))
       along = (positions >= start) & (positions < start + size)
       covered = along if covered is None else covered & along

@@ -2,18 +2,15 @@
 clang's vectorizer, and no kernel's upcasts and unrolls copy its body beyond a budget.
 
 NB: tinygrad's hand-coded heuristic upcasts every elementwise kernel by 4 (one float4 load, then four scalar copies of
-the body). On the CPU device clang then cannot vectorize the loop: eager selu on 1e6 floats took 7.3 ms there,
-against 2.1 ms for JAX's six separate XLA ops. Without the upcast clang's loop vectorizer turns the same body into
-SIMD code (the kernel runs ~4x faster). Only long loops are left to clang: a short one, upcast, has constant indices
-that tinygrad folds, and clang spent minutes on one short loop it had to analyse itself (a float exponent's chain of
-integer clamps over the loop index). Kernels with a reduction keep tinygrad's choice: their upcasts are register
-blocking that clang does not do by itself.
+the body), which clang cannot vectorize; without the upcast its loop vectorizer makes SIMD code of the plain loop.
+Only long loops are left to clang: a short one, upcast, has constant indices that tinygrad folds, where clang would
+analyse the loop itself (slowly, for a float exponent's chain of integer clamps over the loop index). Kernels with a
+reduction keep tinygrad's choice: their upcasts are register blocking that clang does not do by itself.
 
-NB: that register blocking (4x4 upcasts, a reduction of up to 32 unrolled whole) is made for a matmul's multiply-add.
-On a fused body of a few hundred ops (attention's masked softmax and its gradient) it made kernels of 19000 ops that
-took seconds each to lower and compile: a transformer block's first gradient took 79 s on the CPU device, 55 s within
-the budget, with the same run time after (benchmarks/run.py --only transformer). A kernel over the budget keeps
-tinygrad's choices with smaller amounts (4, then 2), or without them.
+NB: that register blocking (4x4 upcasts, a reduction of up to 32 unrolled whole) is made for a matmul's multiply-add;
+on a fused body of a few hundred ops (attention's masked softmax and its gradient) it makes kernels of tens of
+thousands of ops that take seconds each to lower and compile. A kernel over the budget keeps tinygrad's choices with
+smaller amounts (4, then 2), or without them. The measurements behind both are in docs/performance.md.
 """
 import math
 

@@ -22,6 +22,7 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import _to_np_dtype
 
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.table import register
@@ -122,7 +123,7 @@ def _norm(x, axis: int):
   """The Euclidean norm along `axis` (kept), scaled by the largest |entry| so that, as in LAPACK's nrm2, neither huge
   entries overflow nor tiny ones underflow. An infinite entry gives inf, or NaN with a NaN among the entries (what
   the sum of |entries| gives)."""
-  size = fm.fabs(x)
+  size = fb.fabs(x)
   scale = size.max(axis, keepdim=True)  # NB: tinygrad's max skips NaN; the NaN still reaches the sum below
   infinite = scale == math.inf
   divisor = ((scale == 0) | infinite).where(1, scale)
@@ -133,11 +134,11 @@ def _norm(x, axis: int):
 
 def _hypot(x, y):
   """sqrt(x^2 + y^2) as LAPACK's lapy2: NaN if either is, the larger |value| when the smaller is 0 or it is inf."""
-  x_size, y_size = fm.fabs(x), fm.fabs(y)
+  x_size, y_size = fb.fabs(x), fb.fabs(y)
   larger, smaller = x_size.maximum(y_size), x_size.minimum(y_size)
   exact = (smaller == 0) | (larger == math.inf)
   result = exact.where(larger, larger * (1 + fm.div(smaller, exact.where(1, larger)).square()).sqrt())
-  return (fm.isnan(x) | fm.isnan(y)).where(math.nan, result)
+  return (fb.isnan(x) | fb.isnan(y)).where(math.nan, result)
 
 
 def _step(j: int, device: str):
@@ -187,7 +188,7 @@ def _householder_vector(column, top, rows):
   x = below.where(column, 0)
   x_norm = _norm(x, -2)
   reflects = x_norm != 0  # NB: true for NaN, which then spreads as in LAPACK
-  beta = -fm.with_sign(_hypot(alpha, x_norm), alpha)
+  beta = -fb.with_sign(_hypot(alpha, x_norm), alpha)
   tau = reflects.where(fm.div(beta - alpha, beta), 0)
   v = x * (1 / (alpha - beta))  # LAPACK scales by the reciprocal too
   return at_top.where(1, v), tau, at_top.where(reflects.where(beta, alpha), (below & reflects).where(v, column))
@@ -241,13 +242,13 @@ def _geqp3(a, device: str):
     largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
     pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
     # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
-    pivot = ((pivot == n) | fm.isnan(_at(at_i, norms, -1))).where(i, pivot)
+    pivot = ((pivot == n) | fb.isnan(_at(at_i, norms, -1))).where(i, pivot)
     at_pivot = cols == pivot
     a, order, norms, exact_norms = [at_i.where(_at(at_pivot, x, -1), at_pivot.where(_at(at_i, x, -1), x))
                                     for x in (a, order, norms, exact_norms)]
     a, tau = _householder_step(a, i, rows, cols)
     taus.append(tau)
-    fraction = (1 - fm.div(fm.fabs(_at(rows == i, a, -2)), norms).square()).maximum(0)
+    fraction = (1 - fm.div(fb.fabs(_at(rows == i, a, -2)), norms).square()).maximum(0)
     inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
     recomputed = _norm((rows > i).where(a, 0), -2)
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
@@ -344,7 +345,7 @@ def _cholesky_update(ctx, r, w):
     k = _step(step, ctx.device)
     row = _at(rows == k, r, -2)
     x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
-    larger = (fm.fabs(x) > fm.fabs(y)).where(fm.fabs(x), fm.fabs(y))
+    larger = (fb.fabs(x) > fb.fabs(y)).where(fb.fabs(x), fb.fabs(y))
     x, y = fm.div(x, larger), fm.div(y, larger)
     reciprocal = fm.div(1, (x * x + y * y).sqrt())
     rotates = y != 0

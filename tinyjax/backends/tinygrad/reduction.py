@@ -11,21 +11,10 @@ import math
 
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
-
-
-def _order_key(x, nan_largest: bool):
-  """An integer tensor ordered as XLA orders x's values (-0.0 < +0.0); NaN is the largest or the smallest key."""
-  if not dtypes.is_float(x.dtype):
-    return x
-  return fm.nan_order_key(x, nan_largest)
-
-
-def _from_key(key, dtype):
-  """The value of an order key; keys past every float's are NaN."""
-  return fm.from_order_key(key, dtype) if dtypes.is_float(dtype) else key
 
 
 # --- reductions over `axes`
@@ -33,13 +22,13 @@ def _from_key(key, dtype):
 def _sum(x, axes):
   # NB: tinygrad accumulates small ints and float16 in a wider dtype; XLA accumulates in the operand's dtype
   total = x.sum(axes, dtype=x.dtype)
-  return fm.positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
+  return fb.positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
 
 
-def _extreme(pick: str):
-  """reduce_max / reduce_min: XLA's (fm.extreme) for floats."""
+def _max_or_min(pick: str):
+  """reduce_max / reduce_min: XLA's (fb.max_or_min) for floats."""
   def reduce(x, axes):
-    return fm.extreme(x, axes, largest=pick == "max") if dtypes.is_float(x.dtype) else getattr(x, pick)(axes)
+    return fb.max_or_min(x, axes, largest=pick == "max") if dtypes.is_float(x.dtype) else getattr(x, pick)(axes)
   return reduce
 
 
@@ -47,7 +36,7 @@ def _bitwise(reduce_bits):
   """reduce_and / _or / _xor: each bit position reduced on its own (tinygrad reduces only by add, mul and max)."""
   def reduce(x, axes):
     width = 1 if x.dtype == dtypes.bool else 8 * x.dtype.itemsize
-    unsigned = dtypes.uint8 if x.dtype == dtypes.bool else fm.UINT[x.dtype.itemsize]
+    unsigned = dtypes.uint8 if x.dtype == dtypes.bool else fb.UINT[x.dtype.itemsize]
     shifts = Tensor.arange(width, dtype=unsigned)
     bits = ((x.cast(unsigned) if x.dtype == dtypes.bool else x.bitcast(unsigned)).unsqueeze(-1) >> shifts) & 1
     joined = (reduce_bits(bits, axes) << shifts).sum(-1, dtype=unsigned)  # the bits are disjoint: sum is or
@@ -73,8 +62,8 @@ def _all_ones(dtype):
 
 register("reduce_sum")(_reduction(_sum, lambda dtype: 0))
 register("reduce_prod")(_reduction(lambda x, axes: x.prod(axes), lambda dtype: 1))
-register("reduce_max")(_reduction(_extreme("max"), lambda dtype: dtype.min))
-register("reduce_min")(_reduction(_extreme("min"), lambda dtype: dtype.max))
+register("reduce_max")(_reduction(_max_or_min("max"), lambda dtype: dtype.min))
+register("reduce_min")(_reduction(_max_or_min("min"), lambda dtype: dtype.max))
 register("reduce_and")(_reduction(_bitwise(lambda bits, axes: bits.min(axes)), _all_ones))
 register("reduce_or")(_reduction(_bitwise(lambda bits, axes: bits.max(axes)), lambda dtype: 0))
 register("reduce_xor")(_reduction(_bitwise(lambda bits, axes: bits.sum(axes, dtype=bits.dtype) & 1), lambda dtype: 0))
@@ -106,12 +95,12 @@ def _reduce(ctx, *operands_and_inits, computation, jaxpr, dimensions):
   return ctx.backend.run_jaxpr(jaxpr, *inits, *(row.reshape(kept_shape) for row in rows))
 
 
-def _arg_extreme(pick: str):
+def _arg_max_or_min(pick: str):
   """argmax / argmin: the first index of the extreme value, or of the first NaN (XLA)."""
   def rule(ctx, x, *, axes, index_dtype):
     axis, = axes
     # NB: XLA's argmax takes -0.0 and +0.0 as a tie (the first wins), though its max orders them
-    key = _order_key(fm.positive_zero(x), nan_largest=pick == "max")
+    key = fb.order_key(fb.positive_zero(x), nan_largest=pick == "max")
     size = x.shape[axis]
     positions = Tensor.arange(size).reshape([size if d == axis else 1 for d in range(x.ndim)])
     first = (key == getattr(key, pick)(axis, keepdim=True)).where(positions, size).min(axis)
@@ -119,8 +108,8 @@ def _arg_extreme(pick: str):
   return rule
 
 
-register("argmax")(_arg_extreme("max"))
-register("argmin")(_arg_extreme("min"))
+register("argmax")(_arg_max_or_min("max"))
+register("argmin")(_arg_max_or_min("min"))
 
 
 # --- cumulative ops along `axis`
@@ -162,20 +151,20 @@ def _cumprod(ctx, x, *, axis, reverse):
 def _cumsum(x, axis):
   # NB: tinygrad's cumsum accumulates small ints in int32 (cast back: the same wrap-around as XLA's)
   total = x.cumsum(axis).cast(x.dtype)
-  return fm.positive_zero(total) if x.shape[axis] > 1 else total  # XLA passes a length-1 axis through
+  return fb.positive_zero(total) if x.shape[axis] > 1 else total  # XLA passes a length-1 axis through
 
 
-def _cumulative_extreme(pick: str):
-  """cummax / cummin on the order key (see _extreme)."""
+def _cumulative_max_or_min(pick: str):
+  """cummax / cummin on the order key (see _max_or_min)."""
   def scan(x, axis):
-    key = _order_key(x, nan_largest=pick == "max")
-    return _from_key(getattr(key, "cum" + pick)(axis)[0], x.dtype)  # [0]: the values (the indices stay unbuilt)
+    key = fb.order_key(x, nan_largest=pick == "max")
+    return fb.from_order_key(getattr(key, "cum" + pick)(axis)[0], x.dtype)  # [0]: the values (the indices stay unbuilt)
   return scan
 
 
 register("cumsum")(_cumulative(_cumsum))
-register("cummax")(_cumulative(_cumulative_extreme("max")))
-register("cummin")(_cumulative(_cumulative_extreme("min")))
+register("cummax")(_cumulative(_cumulative_max_or_min("max")))
+register("cummin")(_cumulative(_cumulative_max_or_min("min")))
 
 
 def _cumlogsumexp(x, axis):
@@ -185,14 +174,14 @@ def _cumlogsumexp(x, axis):
   wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
   wide = wide.transpose(axis, -1)
   size = wide.shape[-1]
-  key, first = _order_key(wide, nan_largest=True).cummax(-1)
-  peak = _from_key(key, wide.dtype)
+  key, first = fb.order_key(wide, nan_largest=True).cummax(-1)
+  peak = fb.from_order_key(key, wide.dtype)
   position = Tensor.arange(size)
   counted = (position <= position.reshape(size, 1)) & (position != first.unsqueeze(-1))  # [..., j, i]
   rest = counted.where(fm.exp(wide.unsqueeze(-2) - peak.unsqueeze(-1)), 0).sum(-1)
   # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
-  total = (fm.fabs(peak).eq(math.inf) | fm.isnan(peak)).where(peak, peak + fm.log1p(rest))
-  return fm.positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
+  total = (fb.fabs(peak).eq(math.inf) | fb.isnan(peak)).where(peak, peak + fm.log1p(rest))
+  return fb.positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
 
 
 register("cumlogsumexp")(_cumulative(_cumlogsumexp))

@@ -2,25 +2,24 @@
 
 tinygrad's Tensor.sort is a bitonic network that loses NaN and duplicates values (shared/BRIEF.md), so ranks are
 counted instead: an element's rank is the number of elements of its row that come before it, comparing order keys
-(integers in XLA's order of the values, `indexing.order_key`) and then positions. That is O(n^2) comparisons per
+(integers in XLA's order of the values, `floatbits.order_key`) and then positions. That is O(n^2) comparisons per
 row, fine for rows of a few thousand; each output element is then picked by comparing ranks with its position.
 """
-import math
 
 import numpy as np
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.indexing import arange, order_key, pick
+from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
 def _sort_key(x, dtype):
   """JAX's sort comparator: floats with -0.0 as 0.0 and every NaN as +NaN, then the total order (NaN last)."""
   if np.dtype(dtype).kind != "f":
-    return order_key(x, dtype)
-  nan = fm.isnan(x)  # NB: by bits, and no NaN constant: WGSL's NaN literal has the sign bit set (it sorted first)
-  key = order_key((x.eq(0) & ~nan).where(0.0, x), dtype)
+    return fb.order_key(x)
+  nan = fb.isnan(x)  # NB: by bits, and no NaN constant: WGSL's NaN literal has the sign bit set (it sorted first)
+  key = fb.order_key((x.eq(0) & ~nan).where(0.0, x))
   return nan.where(key.dtype.max, key)
 
 
@@ -62,7 +61,7 @@ def _top_k(ctx, operand, *, k, axis):
     return [Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=ctx.device) for aval in ctx.out_avals]
   dtype = np.dtype(ctx.in_avals[0].dtype)
   x = operand.transpose(axis, -1)
-  ranks = _ranks([order_key(x, dtype)], descending=True)
+  ranks = _ranks([fb.order_key(x)], descending=True)
   positions = arange(x.shape[-1], tg_dtype(indices_aval.dtype)).expand(x.shape)
   return [_place(x, ranks, k, dtype).transpose(axis, -1),
           _place(positions, ranks, k, indices_aval.dtype).transpose(axis, -1)]

@@ -21,7 +21,7 @@ from jax import lax
 from jax._src.lax import special as jax_special
 from jax._src.random import core as jax_random
 
-from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.table import register
 
 
@@ -117,7 +117,7 @@ def _bessel_i1e(x, *, dtype=None):
 
 # --- the expansions
 # name -> (the JAX function the primitive computes, called with its operands and params; whether it loops on data)
-EXPANSIONS = {
+JAX_FUNCTIONS = {
   "igamma": (jax_special._up_and_broadcast(jax_special.igamma_impl), True),
   "igammac": (jax_special._up_and_broadcast(jax_special.igammac_impl), True),
   "igamma_grad_a": (jax_special._up_and_broadcast(jax_special.igamma_grad_a_impl), True),
@@ -134,7 +134,7 @@ EXPANSIONS = {
 
 @functools.lru_cache(maxsize=256)
 def _traced(name: str, in_avals: tuple, params: tuple):
-  fn, _ = EXPANSIONS[name]
+  fn, _ = JAX_FUNCTIONS[name]
   return jax.make_jaxpr(functools.partial(fn, **dict(params)))(*in_avals)
 
 
@@ -150,10 +150,10 @@ def _run_expansion(name, ctx, *operands, **params):
   # NB: XLA's CPU backend flushes denormal results to zero, keeping their sign (e^-100 in igammac(1, 100));
   # tinygrad keeps them. The expansion's result is flushed (its intermediate values are not)
   tiny = float(np.finfo(ctx.out_aval.dtype).tiny)
-  return (fm.fabs(result) < tiny).where(fm.with_sign(result.const_like(0), result), result)
+  return (fb.fabs(result) < tiny).where(fb.with_sign(result.const_like(0), result), result)
 
 
-for _name, (_, _loops) in EXPANSIONS.items():
+for _name, (_, _loops) in JAX_FUNCTIONS.items():
   # random_gamma takes typed keys: its expansion splits them and draws bits with the key rules
   register(_name, host_sync=_loops, keys=_name == "random_gamma", expansion=functools.partial(expansion, _name))(
     functools.partial(_run_expansion, _name))

@@ -1,7 +1,7 @@
-"""The pending buffer: traced calls waiting to run, and the flush that runs them as one program.
+"""The pending queue: traced calls waiting to run, and the flush that runs them as one program.
 
 A `Value` is either concrete (a buffer on one or more backends, or a host array) or pending (output `index`
-of a `Node`, one traced call). Arrays hold Values; the buffer holds weak references to the Arrays whose Values
+of a `Node`, one traced call). Arrays hold Values; the queue holds weak references to the Arrays whose Values
 are pending, so a value nobody can read any more is never computed, and a flush runs only what live Arrays
 need, all together, so that tinygrad fuses it into few kernels.
 
@@ -38,7 +38,7 @@ class Value:
     """This value's buffer on `backend`, transferring it (through the host) if it lives elsewhere."""
     if (buffer := self.buffers.get(backend)) is None:
       host = self.to_host()
-      with _flush_lock:  # NB: as reads (below)
+      with flush_lock:  # NB: as reads (below)
         buffer = self.buffers[backend] = backend.put(host)
     return buffer
 
@@ -54,7 +54,7 @@ class Value:
     if self.host is None:
       # NB: under the flush lock: tinygrad is not thread-safe, and a read while another thread's flush is being
       # captured by TinyJit raised JitError (or would be captured into it)
-      with _flush_lock:
+      with flush_lock:
         backend, buffer = next(iter(self.buffers.items()))
         self.host = backend.get(buffer)
     return self.host
@@ -81,14 +81,14 @@ class Node:
     self.serial = next(Node._serials)
 
 
-class _ThreadBuffer(threading.local):
+class _ThreadQueue(threading.local):
   def __init__(self):
     self.pending: list[weakref.ref] = []  # Arrays whose values are pending
     self.n_eqns = 0
 
 
-_buffer = _ThreadBuffer()
-_flush_lock = threading.RLock()  # NB: flushes are serialised; tinygrad's scheduler is not thread-safe.
+_queue = _ThreadQueue()
+flush_lock = threading.RLock()  # NB: flushes are serialised; tinygrad's scheduler is not thread-safe.
 _programs: collections.OrderedDict = collections.OrderedDict()
 _PROGRAM_CACHE_SIZE = 512
 
@@ -110,24 +110,24 @@ def append(traced, inputs: list[Value], source: str) -> list[Value]:
       node = node or Node(traced, inputs, source)
       outs.append(Value(var.aval, node, index))
   if node is not None:
-    _buffer.n_eqns += len(jaxpr.eqns)
+    _queue.n_eqns += len(jaxpr.eqns)
   return outs
 
 
 def track(array) -> None:
   """Register an Array whose value is pending; flush when the buffer grows past its bound."""
-  _buffer.pending.append(weakref.ref(array))
-  if _buffer.n_eqns > int(config.validated("buffer_limit")):
+  _queue.pending.append(weakref.ref(array))
+  if _queue.n_eqns > int(config.validated("buffer_limit")):
     flush()
 
 
 def flush(extra=()) -> None:
   """Run every pending value that a live Array (or `extra`) can still read, as one program."""
   from tinyjax.backends.selection import current_backend
-  with _flush_lock:
-    arrays = [a for r in _buffer.pending if (a := r()) is not None]
-    _buffer.pending.clear()
-    _buffer.n_eqns = 0
+  with flush_lock:
+    arrays = [a for r in _queue.pending if (a := r()) is not None]
+    _queue.pending.clear()
+    _queue.n_eqns = 0
     values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
     if not values:
       return
@@ -187,10 +187,12 @@ def run(values: list[Value], backend) -> None:
   else:
     _programs.move_to_end(key)
   # NB: auto's programs take and make buffers of the backend they run on, which their first run chooses
-  results = compiled.run([v.buffer_on(compiled.target or backend) for v in input_values])
-  report.record_run(compiled)
+  target = compiled.placement().target or backend
+  results = compiled.run([v.buffer_on(target) for v in input_values])
+  placement = compiled.placement()  # NB: after the run, which may have decided it (auto's choice, a rescue)
+  report.record_run(placement)
   for value, result in zip(values, results, strict=True):
-    value.buffers = {compiled.target or backend: result}
+    value.buffers = {placement.target or backend: result}
     value.node = value.host = None
 
 

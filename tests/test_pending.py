@@ -17,7 +17,7 @@ import tinyjax
 import tinyjax.numpy as tnp
 from oracle import assert_like_jax
 from tinyjax.backends.tinygrad.table import RULES
-from tinyjax.core import buffer
+from tinyjax.core import pending
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +77,7 @@ def test_buffer_limit_flushes_a_growing_buffer(monkeypatch, how):
     x = x + 1
   assert tinyjax.report().flushes >= flushes + 2  # flushed without anyone reading
   assert not first._value.pending
-  assert len(buffer._buffer.pending) <= 12 and buffer._buffer.n_eqns <= 11
+  assert len(pending._queue.pending) <= 12 and pending._queue.n_eqns <= 11
   assert_like_jax(x, jnp.zeros(4) + 31)
 
 
@@ -131,8 +131,8 @@ def memory_in_use() -> dict:
   from tinygrad.helpers import GlobalCounters
   gc.collect()
   objects = gc.get_objects()
-  return {"nodes": sum(isinstance(o, buffer.Node) for o in objects),
-          "values": sum(isinstance(o, buffer.Value) for o in objects),
+  return {"nodes": sum(isinstance(o, pending.Node) for o in objects),
+          "values": sum(isinstance(o, pending.Value) for o in objects),
           "device bytes": GlobalCounters.mem_used, "python bytes": tracemalloc.get_traced_memory()[0]}
 
 
@@ -156,15 +156,15 @@ def test_long_eager_loop_keeps_memory_flat_and_the_buffer_bounded(monkeypatch):
     nonlocal x, most_equations, most_arrays
     for _ in range(n // 2):
       x = x * scale + shift
-      most_equations = max(most_equations, buffer._buffer.n_eqns)
-      most_arrays = max(most_arrays, len(buffer._buffer.pending))
+      most_equations = max(most_equations, pending._queue.n_eqns)
+      most_arrays = max(most_arrays, len(pending._queue.pending))
     x.block_until_ready()
   steps(2_000)
   before = memory_in_use()
   steps(100_000)
   assert_flat(before, memory_in_use(), values=2)
   assert most_equations <= limit and most_arrays <= limit
-  assert len(buffer._buffer.pending) == 0
+  assert len(pending._queue.pending) == 0
   assert_like_jax(x, jnp.full(64, 0.5, jnp.float32))  # the fixed point of x * 0.5 + 0.25
 
 

@@ -1,0 +1,119 @@
+"""A tinygrad device as the backend uses it: its name, data in and out (host arrays to buffers and back, their
+addresses), constants, and probes of which dtypes its compiler takes."""
+import contextlib
+import ctypes
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from tinyjax.backends.tinygrad.table import tg_dtype
+from tinyjax.ir import keys
+from tinyjax.ir.backend import Device, DeviceNotFoundError
+
+# NB: NumPy's buffer protocol cannot carry these (bfloat16 is its 'E'): their bits cross as unsigned ints of their width
+_CARRIED_AS_BITS = {np.dtype(ml_dtypes.bfloat16): np.dtype(np.uint16)}
+OLD_NAMES = {"CLANG": "CPU", "GPU": "CL", "LLVM": "CPU:LLVM"}  # NB: tinygrad renamed these devices
+_PENDING_COPIES_KEPT = 64
+
+
+def canonical(device: str) -> str:
+  """tinygrad's name of a device string: old names renamed, upper case, no ":0" (CLANG, cpu:0 and CPU are "CPU")."""
+  head, sep, tail = device.upper().partition(":")
+  name = OLD_NAMES.get(head, head) + (sep + tail if sep and not OLD_NAMES.get(head, "").count(":") else "")
+  return name.removesuffix(":0")
+
+
+def available_devices() -> list[Device]:
+  from tinygrad import Device as TgDevice
+  return [Device("tinygrad", name) for name in TgDevice.get_available_devices()]
+
+
+def opened(device: str) -> tuple[str, Device]:
+  """(tinygrad's device name, tinyjax's Device) for a device string ("" for tinygrad's default), opened; raises
+  DeviceNotFoundError, naming the devices that work, if it cannot be."""
+  from tinygrad import Device as TgDevice
+  requested = canonical(device) if device else None
+  try:
+    name = requested.partition(":")[0] if requested else TgDevice.DEFAULT
+    TgDevice[name]
+  except Exception as error:
+    available = ", ".join(d.name for d in available_devices()) or "none"
+    wanted = device or f"DEV={os.environ['DEV']}" if device or os.environ.get("DEV") else "(tinygrad's default)"
+    raise DeviceNotFoundError(f"tinygrad device {wanted!r} is not available here ({error}); available: "
+                              f"{available}") from None
+  return name, Device("tinygrad", requested or name)
+
+
+def copied_in(host: np.ndarray, tg_device: str):
+  """A C-contiguous, writable host array as a lazy copy on the device."""
+  from tinygrad import Tensor
+  if host.dtype in _CARRIED_AS_BITS:  # NB: a bitcast on the device would be a kernel, which may flush subnormals
+    return Tensor(host.tobytes(), dtype=tg_dtype(host.dtype), device=tg_device).reshape(host.shape)
+  return Tensor(host.reshape(host.shape or (1,)), device=tg_device).reshape(host.shape)
+
+
+def release_copied_hosts(tg_device: str) -> None:
+  """NB: tinygrad's OpenCL runtime keeps each host array it copies from until its queue is synchronized
+  (ops_cl.py, pending_copyin): a loop that passes NumPy arrays to every call and reads no result would grow by an
+  array a step. A synchronization every _PENDING_COPIES_KEPT copies frees them."""
+  from tinygrad import Device as TgDevice
+  if len(getattr(TgDevice[tg_device], "pending_copyin", ())) > _PENDING_COPIES_KEPT:
+    TgDevice[tg_device].synchronize()
+
+
+def copied_out(buffer) -> np.ndarray:
+  for host_dtype, carrier in _CARRIED_AS_BITS.items():
+    if buffer.dtype == tg_dtype(host_dtype):
+      return buffer.bitcast(tg_dtype(carrier)).numpy().view(host_dtype)
+  return buffer.numpy()
+
+
+def address(buffer) -> int | None:
+  """The device address of a realized Tensor's memory, or None if its runtime gives none. NB: each runtime has its
+  own handle: an HCQ buffer (CPU, NV, AMD) has a virtual address, OpenCL's is a cl_mem."""
+  raw = buffer.uop.buffer.ensure_allocated()._buf
+  if hasattr(raw, "va_addr"):
+    return raw.va_addr
+  try:
+    return ctypes.cast(raw, ctypes.c_void_p).value
+  except (TypeError, ctypes.ArgumentError):
+    return None
+
+
+def constant(c, tg_device: str):
+  """A program's Const as a Tensor: a scalar is a constant in the kernels' code (it takes its operands' device);
+  an array is copied in."""
+  from tinygrad import Tensor
+  value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
+  if value.ndim == 0:
+    return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=tg_device)
+  return copied_in(np.require(value, requirements=["C", "W"]), tg_device)
+
+
+def runs_kernel_in(dt, tg_device: str, **context) -> bool:
+  """Whether a small kernel in tinygrad's dtype `dt` runs on the device under tinygrad's `context`."""
+  from tinygrad import Tensor
+  from tinygrad.helpers import Context
+  try:
+    with Context(**context), _compiler_messages_silenced():
+      probe = Tensor([1, 2], dtype=dt, device=tg_device) + Tensor([1, 0], dtype=dt, device=tg_device)
+      return probe.numpy().shape == (2,)
+  except Exception:
+    return False
+
+
+@contextlib.contextmanager
+def _compiler_messages_silenced():
+  """NB: a compiler that rejects a probed dtype (clang 14 and __bf16) prints its errors on the process's stderr, which
+  the user would see at the first use of that dtype: the probe's stderr goes nowhere."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
