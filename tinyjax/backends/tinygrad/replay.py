@@ -1,4 +1,7 @@
-"""A wholly native program's runs: its outputs realized together, then its kernels captured by TinyJit and replayed."""
+"""A wholly native program's runs: its outputs realized together, then its kernels captured by TinyJit and replayed
+by a launcher of our own."""
+import dataclasses
+import weakref
 
 def realized(outs: list, device: str) -> list:
   """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
@@ -30,6 +33,8 @@ class Replayed:
   """
 
   def __init__(self, run, lazy, program, const):
+    self.kernels = None  # the captured kernels resolved for launching, when every one is a plain kernel launch
+    self.templates: list[_OutputTemplate] = []  # of each written output
     self.run, self.lazy, self.program, self.const = run, lazy, program, const
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
@@ -71,6 +76,7 @@ class Replayed:
       self.broken = True
       return self.run(inputs)
     self.linear = jit.captured.linear
+    self.kernels = launches(self.linear)
     return self._replay(inputs)
 
   def _assign_outputs(self, *buffers):
@@ -78,16 +84,110 @@ class Replayed:
     return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
 
   def _replay(self, inputs):
-    from tinygrad import Tensor
+    from tinygrad.device import Buffer
     from tinygrad.engine.realize import run_linear
-    from tinygrad.uop.ops import Ops, UOp
+    from tinygrad.uop.ops import Ops, UOp, buffers
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
       return self.run(inputs)
-    targets = [UOp.new_buffer(device, size, dtype) for _, size, dtype, device in self.specs]
-    run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
+    if not self.templates:
+      self.templates = [_OutputTemplate.of(shape, size, dtype, device) for shape, size, dtype, device in self.specs]
+    targets = [t.fresh() for t in self.templates]
+    if self.kernels is None:
+      run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
+    else:
+      # NB: each BUFFER uop's Buffer set and read in tinygrad's table directly: UOp.buffer computes the uop's
+      # shape and base first, which costs more than the launches of a small program
+      for target, (_, size, dtype, device) in zip(targets, self.specs):
+        buffers[target] = Buffer(device, size, dtype).ref(1)
+      launch(self.kernels, [buffers[u].ensure_allocated() for u in bases + targets])
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else self.empty.get(i)
             for i, a in enumerate(self.program.outputs)]
-    for i, target, (shape, *_) in zip(self.written, targets, self.specs):
-      outs[i] = Tensor(target.reshape(shape))
+    for i, target, template in zip(self.written, targets, self.templates):
+      reshaped = target if template.shape_operands is None else UOp(Ops.RESHAPE, target.dtype,
+                                                                      (target, *template.shape_operands))
+      outs[i] = _tensor_of(reshaped)
     return outs
+
+
+def _tensor_of(uop):
+  """A Tensor of a uop on the device, made as tinygrad's own Tensor._apply_uop makes its results.
+
+  NB: not Tensor(uop): its constructor (wrapped for tinygrad's metadata tracing) checks the data's type, device and
+  dtype, which costs more than the launches of a small program."""
+  from tinygrad.tensor import Tensor, all_tensors
+  tensor = Tensor.__new__(Tensor)
+  tensor.uop, tensor.grad, tensor.is_param = uop, None, True
+  all_tensors[weakref.ref(tensor)] = None
+  return tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutputTemplate:
+  """A written output's BUFFER uop and the operands of its reshape to the output's shape, made once.
+
+  NB: tinygrad's UOp.new_buffer and reshape infer each uop's dtype and check and simplify the shape, which costs more
+  than the launches of a small program: a replay makes its uops with the dtype and operands given."""
+  buffer: object
+  shape_operands: tuple | None  # None: the output has the buffer's own shape, (size,)
+
+  @classmethod
+  def of(cls, shape, size, dtype, device):
+    from tinygrad.uop.ops import UOp
+    buffer = UOp.new_buffer(device, size, dtype)
+    reshaped = buffer.reshape(shape)
+    return cls(buffer, None if reshaped is buffer else reshaped.src[1:])
+
+  def fresh(self):
+    """A new BUFFER uop (a slot of its own) like the template's."""
+    from tinygrad.uop.ops import Ops, UOp
+    arg = dataclasses.replace(self.buffer.arg, slot=next(UOp.unique_num))
+    return UOp(Ops.BUFFER, self.buffer.dtype, self.buffer.src, arg)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+  """One captured kernel, resolved: its runtime program, launch dimensions, and arguments, each either the index of
+  a parameter buffer (the program's inputs, then its written outputs) or the runtime's handle of a buffer the
+  capture keeps (an intermediate)."""
+  runtime: object
+  device: str
+  global_size: tuple
+  local_size: tuple | None
+  vals: tuple
+  args: tuple
+
+
+def launches(linear) -> list[Launch] | None:
+  """The captured calls resolved once, so that a replay binds its buffers and launches with no pattern matching
+  (tinygrad's run_linear matches every call and resolves every argument at each replay); None if a call is other
+  than a plain kernel on one device with no symbolic sizes (a copy, a graph), which run_linear then replays."""
+  from tinygrad.engine.realize import get_call_arg_uops, get_runtime
+  from tinygrad.uop.ops import Ops
+  kernels = []
+  for call in linear.src:
+    program = call.src[0]
+    if program.op is not Ops.PROGRAM or program.arg.vars or not isinstance(device := call.src[1].device, str):
+      return None
+    params = get_call_arg_uops(call)
+    args = []
+    for index in program.arg.globals:
+      param = params[index]
+      if param.op is Ops.PARAM:
+        args.append(param.arg.slot)
+      elif all(u.op is not Ops.PARAM for u in param.toposort()):
+        # an intermediate the capture keeps: a buffer, or a view into one (its memory planner shares buffers)
+        args.append(param.buffer.ensure_allocated().get_buf(device))
+      else:
+        return None
+    global_size, local_size = program.arg.launch_dims({})
+    kernels.append(Launch(get_runtime(device, program), device, global_size, local_size, program.arg.vals({}),
+                          tuple(args)))
+  return kernels
+
+
+def launch(kernels: list[Launch], buffers: list) -> None:
+  """Launch the kernels in order on the parameter `buffers` (tinygrad Buffers, allocated)."""
+  for k in kernels:
+    k.runtime(*[buffers[a].get_buf(k.device) if isinstance(a, int) else a for a in k.args],
+              global_size=k.global_size, local_size=k.local_size, vals=k.vals, wait=False)
