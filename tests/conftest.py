@@ -12,8 +12,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "xla"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-# TINYJAX_BACKEND=auto remembers its measurements: the tests' go to a directory of their own, not the user's cache
+# TINYJAX_BACKEND=auto remembers its measurements, and tinygrad's lowered programs are kept on disk: the tests' go to a
+# directory of their own, not the user's cache
 os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix="tinyjax-tests-"), "auto.json"))
+os.environ.setdefault("TINYJAX_PROGRAM_CACHE", tempfile.mkdtemp(prefix="tinyjax-programs-"))
 
 # The device leg: the suite runs again on CL and WEBGPU (scripts/test.sh: `pytest --device CL -m device`), every
 # test file but those below, which compute nothing on a device or take the device as a parameter themselves.

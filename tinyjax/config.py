@@ -25,6 +25,9 @@ SETTINGS: dict[str, Setting] = {
                      "which backend runs flushed programs; auto: each program on the one measured faster for it"),
   "auto_cache": Setting("TINYJAX_AUTO_CACHE", "~/.cache/tinyjax/auto.json", None,
                         "where TINYJAX_BACKEND=auto remembers which backend was faster for each program"),
+  "program_cache": Setting("TINYJAX_PROGRAM_CACHE", "~/.cache/tinyjax/programs", None,
+                           "the directory where the kernels tinygrad lowers are kept for the next process (tinygrad's "
+                           "CACHEDB keeps their binaries); empty: lower them again in every process"),
   "device": Setting("TINYJAX_DEVICE", "", None,
                     "tinygrad device string (DEV syntax: CPU, CL, METAL, CUDA, ...; CLANG means CPU); empty: tinygrad's default"),
   "fallback": Setting("TINYJAX_FALLBACK", "xla", ("xla", "warn", "error"),

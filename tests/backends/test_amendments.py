@@ -1,16 +1,19 @@
 """tinyjax's amendments to tinygrad (tinyjax/backends/tinygrad/amendments.py): each against JAX on XLA, and the
 tinygrad they are written for."""
 import importlib.metadata
+import inspect
+import re
 
 import numpy as np
 import pytest
 from jax import lax
-from tinygrad import dtypes
+from tinygrad import codegen, dtypes
+from tinygrad.runtime import ops_cpu
 from tinygrad.uop.ops import UOp
 
 from oracle import check, check_traced
 from xfail import param
-from tinyjax.backends.tinygrad import amendments
+from tinyjax.backends.tinygrad import amendments, program_cache
 
 
 def test_written_for_this_tinygrad():
@@ -80,3 +83,13 @@ def test_a_gated_load_keeps_an_inexact_alternative(dtype):
   check(lambda np_, x, s: np_.concatenate([x / 5, *[np_.asarray(v).astype(np.float32)[None] for v in s]]),
         np.arange(5, dtype=np.float32) - 2.5, scalars)
   check(lambda np_: np_.r_[-1:1:6j, [0] * 3, 5, 6])
+
+
+def test_lowering_goes_through_the_program_cache():
+  """tinygrad's lowering function, which amendments.py wraps with the disk cache: its name, its arguments, its callers
+  (tinygrad's in-memory cache, and the CPU device, which imports it by name), and the compile a hit redoes."""
+  assert re.search(r"\ndef do_to_program\(ast: ?UOp, renderer: ?Renderer\) -> UOp:", inspect.getsource(codegen))
+  assert "do_to_program(ast, renderer)" in inspect.getsource(codegen.to_program)
+  assert ops_cpu.do_to_program is codegen.do_to_program
+  assert codegen.do_to_program.__code__.co_filename == program_cache.__file__
+  assert list(inspect.signature(codegen.do_compile).parameters) == ["ctx", "prg", "source"]

@@ -1,6 +1,7 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, and its kernel heuristic (a policy of its own: kernel_opts.py).
+its compile cache shared across threads, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered
+programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
@@ -37,8 +38,9 @@ the float piece cut to integers (0.2 -> 0). The fold is kept where the alternati
 """
 import functools
 import math
+import sys
 
-from tinygrad import tensor
+from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
@@ -46,7 +48,7 @@ from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
-from tinyjax.backends.tinygrad import kernel_opts
+from tinyjax.backends.tinygrad import kernel_opts, program_cache
 
 # The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
 # NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
@@ -190,7 +192,7 @@ def _share_compile_cache_across_threads() -> None:
   """Reopen tinygrad's compile cache (one SQLite connection) usable from any thread.
 
   NB: by default only the thread that opened it may use it: a flush from another thread failed with
-  sqlite3.ProgrammingError. Flushes are serialised by a lock (core/buffer.py), so one shared connection is safe.
+  sqlite3.ProgrammingError. Flushes are serialised by a lock (core/pending.py), so one shared connection is safe.
   """
   import sqlite3
   from unittest import mock
@@ -201,6 +203,19 @@ def _share_compile_cache_across_threads() -> None:
   helpers._db_connection = None
   with mock.patch.object(helpers.sqlite3, "connect", functools.partial(sqlite3.connect, check_same_thread=False)):
     helpers.db_connection()
+
+
+def _keep_lowered_programs() -> None:
+  """Lower each kernel through tinyjax's disk cache of lowered programs (program_cache.py).
+
+  NB: tinygrad 0.14 lowers every kernel again in every process (its CACHEDB keeps binaries only), and its CPU device
+  lowers its four helper programs each time it opens. Both go through `codegen.do_to_program`; the CPU device imported
+  it by name, so an already imported ops_cpu gets the cached one too.
+  """
+  lower = program_cache.cached(codegen.do_to_program)
+  codegen.do_to_program = lower
+  if (ops_cpu := sys.modules.get("tinygrad.runtime.ops_cpu")) is not None:
+    ops_cpu.do_to_program = lower
 
 
 def kernel_context(**settings):
@@ -228,5 +243,6 @@ def amend() -> None:
     _align_views()
     _keep_exact_alternatives()
     _share_compile_cache_across_threads()
+    _keep_lowered_programs()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True
