@@ -175,6 +175,20 @@ def _show(x) -> str:
   return text if len(text) <= 24 else text[:21] + "..."
 
 
+def _eigh_signs_fixed(np_, a, **kwargs):
+  """jnp.linalg.eigh with each eigenvector's sign set by its first entry. NB: eigenvectors are unique up to sign:
+  LAPACK's signs follow its iterations, tinygrad's Jacobi makes each vector's first largest entry positive."""
+  w, v = np_.linalg.eigh(a, **kwargs)
+  return w, v * np_.sign(v[..., :1, :])
+
+
+def _svd_signs_fixed(np_, a, **kwargs):
+  """jnp.linalg.svd with each pair of singular vectors' sign set by the left one's first entry (see above)."""
+  u, s, vh = np_.linalg.svd(a, **kwargs)
+  sign = np_.sign(u[..., :1, :])
+  return u * sign, s, vh * np_.swapaxes(sign, -1, -2)
+
+
 def c(name, *args, **kwargs) -> Case:
   return Case(name, args, kwargs)
 
@@ -535,7 +549,10 @@ ARRAY_HELPERS = [
 LINALG = [
   c("linalg.cholesky", SPD), c("linalg.cholesky", SQ), c("linalg.cond", SQ), c("linalg.cond", SPD, 1),
   c("linalg.cross", VEC3, VEC3), c("linalg.det", SQ), c("linalg.det", SINGULAR), c("linalg.diagonal", F32, offset=1),
-  c("linalg.eig", SPD), c("linalg.eigh", SPD), c("linalg.eigh", SPD, UPLO="U"), c("linalg.eigvals", SQ),
+  c("linalg.eig", SPD), c("linalg.eigvals", SQ),
+  # NB: vectors compared with their signs fixed (above), within the rounding of another algorithm (Jacobi)
+  Case("linalg.eigh", (SPD,), call=_eigh_signs_fixed, rtol=1e-5, atol=1e-6),
+  Case("linalg.eigh", (SPD,), {"UPLO": "U"}, call=_eigh_signs_fixed, rtol=1e-5, atol=1e-6),
   c("linalg.eigvalsh", SPD), c("linalg.inv", SQ), c("linalg.inv", SINGULAR), # the residual of a square system is rounding (about 1e-12): compared absolutely
   Case("linalg.lstsq", (SQ, VEC3), least_squares=lambda a, b: a),
   Case("linalg.lstsq", (F32, VEC3), least_squares=lambda a, b: a), c("linalg.matmul", SQ, SPD), c("linalg.matrix_norm", SQ),
@@ -544,12 +561,14 @@ LINALG = [
   c("linalg.matrix_rank", SPD), c("linalg.matrix_transpose", F32_3D), c("linalg.multi_dot", [SQ, SPD, SQ]),
   c("linalg.multi_dot", [VEC3, SQ, VEC3]), c("linalg.norm", F32), c("linalg.norm", F32_EDGE),
   c("linalg.norm", F32, ord=np.inf, axis=1), c("linalg.norm", VEC, ord=1), c("linalg.norm", SQ, ord=2),
-  c("linalg.norm", F32, axis=0, keepdims=True), c("linalg.outer", VEC, VEC3), c("linalg.pinv", F32),
-  c("linalg.pinv", SINGULAR), c("linalg.qr", SQ),
+  c("linalg.norm", F32, axis=0, keepdims=True), c("linalg.outer", VEC, VEC3), c("linalg.qr", SQ),
+  # NB: Jacobi's singular values and vectors round unlike LAPACK's: a few ulp
+  Case("linalg.pinv", (F32,), rtol=1e-5), Case("linalg.pinv", (SINGULAR,), rtol=1e-5),
   # NB: LAPACK sums in another order than the native QR: float32 rounding differs by a few ulp
   Case("linalg.qr", (F32,), {"mode": "complete"}, rtol=1e-5), Case("linalg.qr", (F32,), {"mode": "r"}, rtol=1e-5),
   c("linalg.slogdet", SQ), c("linalg.slogdet", SINGULAR), c("linalg.solve", SQ, VEC3), c("linalg.solve", SPD, SQ),
-  c("linalg.svd", F32, full_matrices=False), c("linalg.svd", SQ, compute_uv=False), c("linalg.svdvals", F32),
+  Case("linalg.svd", (F32,), {"full_matrices": False}, call=_svd_signs_fixed, rtol=1e-5, atol=1e-6),
+  c("linalg.svd", SQ, compute_uv=False), c("linalg.svdvals", F32),
   c("linalg.tensordot", F32, F32, axes=([1], [1])), c("linalg.tensorinv", SQ, ind=1),
   c("linalg.tensorsolve", SQ, VEC3), c("linalg.trace", F32), c("linalg.trace", F32_3D, offset=1),
   c("linalg.vecdot", F32, VEC), c("linalg.vector_norm", F32_EDGE), c("linalg.vector_norm", F32, ord=np.inf, axis=1),

@@ -2,7 +2,7 @@
 the settings at first use, device_put / device_get, the errors for bad settings and unknown devices, results that
 agree across backends, and the mixed fallback (segments, the TINYJAX_FALLBACK policy, explain and report).
 
-The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (fft on complex numbers, eigh),
+The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (fft on complex numbers, schur),
 which tinygrad will not run natively for a long time.
 """
 import os
@@ -13,11 +13,13 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg
 import numpy as np
 import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
+import tinyjax.scipy.linalg
 from oracle import assert_like_jax, check, native
 from tinyjax.backends import selection
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
@@ -199,7 +201,7 @@ def _run_script(code: str, env: dict) -> str:
 def test_settings_are_read_at_first_use_not_at_import():
   out = _run_script("""
     import os
-    import tinyjax, tinyjax.numpy as jnp
+    import tinyjax, tinyjax.numpy as jnp, tinyjax.scipy.linalg
     os.environ["TINYJAX_BACKEND"] = "xla"  # after the import
     x = jnp.arange(3) + 1
     print(x.block_until_ready().device.platform)
@@ -208,9 +210,9 @@ def test_settings_are_read_at_first_use_not_at_import():
     print(str((x * 2).block_until_ready().device))
     os.environ["TINYJAX_FALLBACK"] = "error"
     try:
-      jnp.linalg.eigh(jnp.eye(2))
+      tinyjax.scipy.linalg.schur(jnp.eye(2))
     except tinyjax.FallbackError as error:
-      print("FallbackError", "eigh" in str(error))
+      print("FallbackError", "schur" in str(error))
   """, {"TINYJAX_BACKEND": "tinygrad"})
   assert out.split() == ["xla", "CPU", "FallbackError", "True"]
 
@@ -228,7 +230,7 @@ def test_environment_before_start():
 def test_forced_fallbacks_are_not_native():
   """The primitives these tests use to force a fallback are in NOT_YET_NATIVE (and not in the rule table)."""
   from tinyjax.backends.tinygrad.table import RULES
-  for name in ("fft", "eigh", "real"):
+  for name in ("fft", "schur", "real"):
     assert name in NOT_YET_NATIVE and name not in RULES
 
 
@@ -251,14 +253,14 @@ def test_segments_around_a_fallback():
   a = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]], np.float32)
 
   def fn(m):
-    w, v = m.linalg.eigh(m.asarray(a) * 2)
-    return w + 1, m.abs(v)
+    t, z = (tinyjax.scipy.linalg if m is tnp else jax.scipy.linalg).schur(m.asarray(a) * 2)
+    return t + 1, m.abs(z)
   report = tinyjax.explain(lambda: fn(tnp))()
-  # mul, then symmetrisation (transpose, add, div) natively; eigh on XLA; add and abs natively
+  # mul natively; schur on XLA; add and abs natively
   assert report.segments == {"tinygrad": 2, "xla": 1}
-  assert report.fallback_primitives == {"eigh": 1}
-  assert report.bytes_crossed == 9 * 4 + (3 + 9) * 4
-  assert "eigh" in str(report) and "segments" in str(report)
+  assert report.fallback_primitives == {"schur": 1}
+  assert report.bytes_crossed == 9 * 4 + (9 + 9) * 4
+  assert "schur" in str(report) and "segments" in str(report)
   assert_like_jax(fn(tnp), fn(jnp), rtol=1e-5, atol=1e-5)
 
 
@@ -301,13 +303,13 @@ def test_fallback_policy_warn_points_at_the_callers_line(monkeypatch):
   monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
   monkeypatch.setattr(selection, "_warned", set())
   a = tnp.eye(3)
-  with pytest.warns(RuntimeWarning, match="eigh") as caught:
+  with pytest.warns(RuntimeWarning, match="schur") as caught:
     line = sys._getframe().f_lineno + 1
-    w, _ = tnp.linalg.eigh(a)
-  eigh = [w for w in caught if str(w.message).startswith("eigh")]
-  assert len(eigh) == 1 and eigh[0].filename == _FILE and eigh[0].lineno == line
-  assert f"{_FILE}:{line}" in str(eigh[0].message)
-  assert_like_jax(w, jnp.linalg.eigh(jnp.eye(3))[0])
+    t, _ = tinyjax.scipy.linalg.schur(a)
+  schur = [w for w in caught if str(w.message).startswith("schur")]
+  assert len(schur) == 1 and schur[0].filename == _FILE and schur[0].lineno == line
+  assert f"{_FILE}:{line}" in str(schur[0].message)
+  assert_like_jax(t, jax.scipy.linalg.schur(jnp.eye(3))[0])
 
 
 @pytest.mark.parametrize("how", ["env", "config"])
@@ -320,10 +322,10 @@ def test_fallback_policy_error(monkeypatch, how):
   flushes = tinyjax.report().flushes
   line = sys._getframe().f_lineno + 2
   with pytest.raises(tinyjax.FallbackError) as info:
-    tnp.linalg.eigh(a)
+    tinyjax.scipy.linalg.schur(a)
   message = str(info.value)
   assert isinstance(info.value, NotImplementedError)
-  assert "eigh" in message and "float32" in message and f"{_FILE}:{line}" in message
+  assert "schur" in message and "float32" in message and f"{_FILE}:{line}" in message
   assert repr(selection.current_backend().device) in message
   assert tinyjax.report().flushes == flushes  # raised at the call, before anything ran
   assert_like_jax(tnp.sin(a), jnp.sin(jnp.eye(3)))  # native calls still work

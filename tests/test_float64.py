@@ -20,14 +20,6 @@ F64_EDGES = np.array([0.1, -0.0, np.nan, np.inf, -np.inf, 1e300, 1e-300, -2.5, 7
 
 
 @pytest.fixture
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
-
-
-@pytest.fixture
 def no_float64(x64, monkeypatch, request):
   """The device under test without float64, in effect for the test: WEBGPU as it is; a device with float64 (CPU, CL)
   through a backend of its own that says it has none."""

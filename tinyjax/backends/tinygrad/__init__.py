@@ -12,7 +12,8 @@ import numpy as np
 
 from tinyjax.backends import float64
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting, special)
+  contraction, control_flow, eigen, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting,
+  special)
 from tinyjax.backends.tinygrad import depth, device, plan
 from tinyjax.backends.tinygrad.amendments import amend
 from tinyjax.backends.tinygrad.replay import Replayed, realized

@@ -5,11 +5,6 @@ the call primitives the program builder inlines, or this table.
 """
 _COLLECTIVE = "a collective across devices: tinyjax runs programs on one device"
 _COMPLEX = "complex dtypes: tinygrad has none"
-_ITERATIONS = ("{}: LAPACK's {} ends in QR-type iterations whose count and deflations depend on the data; the "
-               "values can be reproduced (a prototype of a fixed number of Jacobi sweeps, float32, n <= 8, matched "
-               "them within 1.5e-6 relative) but the vectors' signs follow those iterations: only ~50% of the "
-               "prototype's vectors equalled LAPACK's, and no simple rule (first, last or largest component positive) "
-               "gives LAPACK's signs")
 _EFFECT = "an effect or state primitive (tokens, refs): not an array computation"
 
 NOT_YET_NATIVE: dict[str, str] = {
@@ -19,10 +14,6 @@ NOT_YET_NATIVE: dict[str, str] = {
   # complex numbers and what produces them
   "complex": _COMPLEX, "conj": _COMPLEX, "real": _COMPLEX, "imag": _COMPLEX, "fft": _COMPLEX + " (and no FFT)",
   # decompositions
-  "eigh": _ITERATIONS.format("eigenvalues and eigenvectors", "syevd (tridiagonal reduction, then QL/QR or divide "
-                             "and conquer)"),
-  "svd": _ITERATIONS.format("singular values and vectors", "gesdd (bidiagonal reduction, then bidiagonal QR or "
-                            "divide and conquer)"),
   "eig": "LAPACK's geev: complex eigenvalues and eigenvectors (tinygrad has no complex dtype), from Francis "
          "double-shift QR iterations on the Hessenberg form, whose count and deflations depend on the data",
   "schur": "LAPACK's gees: Francis double-shift QR iterations on the Hessenberg form, whose count and deflations "
