@@ -15,7 +15,7 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
-from oracle import assert_like_jax, check, native
+from oracle import check, native
 from tinyjax.core.mirror import wrap
 
 # relative to the largest eigenvalue or singular value, or to |A|: Jacobi and LAPACK round differently
