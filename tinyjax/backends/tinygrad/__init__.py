@@ -33,7 +33,10 @@ class TinygradBackend(Backend):
 
   def __init__(self, device_name: str):
     self.tg_device, self.device = device.opened(device_name)
-    self.contexts: dict[str, str] = {}  # tinygrad settings its kernels compile under (EMULATED_DTYPES, from probes)
+    # tinygrad settings its kernels are made under: EMULATED_DTYPES (from the probes), and DEV, the device of
+    # tinygrad's own device-less constants (`const_like`). NB: without DEV, the first of those in a process makes
+    # tinygrad choose its default device, which opens every runtime it knows (most of a warm start's time)
+    self.contexts: dict[str, str] = {"DEV": self.tg_device}
 
   # --- moving data
   def put(self, host):
