@@ -439,3 +439,24 @@ def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
   check(fn, x, w, rtol=1e-5, atol=1e-5)  # sums of 24 terms of either sign: some results are near zero
   assert any(body * theirs > kernel_opts.EXPANDED_BODY for body, theirs, _ in sizes), sizes
   assert all(body * ours <= kernel_opts.EXPANDED_BODY for body, _, ours in sizes), sizes
+
+
+# --- replays
+
+def test_replays_launch_the_captured_kernels_with_jaxs_results():
+  """A jitted program is run plainly, captured, then replayed by tinyjax's launcher (backends/tinygrad/replay.py):
+  every call, with new inputs each time, gives jax.jit's outputs (a reshaped one, a reduction, an input passed
+  through), and the replays go through the launcher, not tinygrad's run_linear (which a capture of anything but
+  plain kernels would fall back to)."""
+  from tinyjax.core import pending
+
+  def f(x, y):
+    return (x * y + 1.0).reshape(2, 4), jnp.sin(x).sum(), x
+  jitted = tinyjax.jit(f)
+  y = np.full(8, 2.0, np.float32)
+  for step in range(5):
+    x = np.arange(8, dtype=np.float32) - step
+    for ours, theirs in zip(jitted(tnp.asarray(x), tnp.asarray(y)), jax.jit(f)(x, y), strict=True):
+      assert_like_jax(ours, theirs, rtol=1e-6)
+  *_, compiled = pending._programs.values()
+  assert compiled.run.runner.kernels, "the replays ran through tinygrad's run_linear, not the launcher"
