@@ -4,6 +4,7 @@ key holds every tinygrad setting that changes a program."""
 import ast as python_ast
 import collections
 import dataclasses
+import io
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ from tinygrad import Device, Tensor, codegen
 from tinygrad.helpers import Context, ContextVar
 from tinygrad.renderer.isa.x86 import X86Renderer
 from tinygrad.uop import Ops
+from tinygrad.uop.ops import UOp
 
 from tinyjax import config
 from tinyjax.backends import selection
@@ -218,3 +220,22 @@ def test_every_setting_lowering_reads_is_keyed_or_says_why_not():
   keyed, unkeyed = set(program_cache.KEYED), set(program_cache.UNKEYED)
   assert not keyed & unkeyed and {var.key for var in codegen.to_program_config} <= keyed
   assert not settings_read_by_lowering() - keyed - unkeyed, "a setting tinygrad's lowering reads is in neither list"
+
+
+class _Reduced:
+  """Pickles as `getattr(owner, name)`, the form some Python versions give enum members (3.11.2 does for Ops)."""
+
+  def __init__(self, owner, name):
+    self.owner, self.name = owner, name
+
+  def __reduce__(self):
+    return getattr, (self.owner, self.name)
+
+
+def test_enum_members_pickled_by_name_are_read_and_nothing_else():
+  def load(owner, name):
+    return program_cache._ProgramUnpickler(io.BytesIO(pickle.dumps(_Reduced(owner, name)))).load()
+  assert load(Ops, "PROGRAM") is Ops.PROGRAM
+  for owner, name in ((UOp, "new_buffer"), (Ops, "__class__"), (Ops, "_member_map_")):
+    with pytest.raises(pickle.UnpicklingError):
+      load(owner, name)

@@ -26,6 +26,7 @@ Entries are never deleted; TINYJAX_PROGRAM_CACHE= (empty) turns the cache off.
 """
 import collections
 import dataclasses
+import enum
 import functools
 import hashlib
 import importlib.metadata
@@ -85,10 +86,21 @@ _PROGRAM_CLASSES = {(cls.__module__, cls.__qualname__): cls for cls in (
   Estimates, Opt, OptOps, Register, X86Ops)}
 
 
+def _enum_member(cls, name: str):
+  """`getattr(cls, name)` for an enum member of a program's classes, as some Python versions pickle enum members
+  (3.11.2: `getattr(Ops, 'PROGRAM')`; 3.11.7: `Ops('PROGRAM')`), and for nothing else."""
+  if cls not in _PROGRAM_CLASSES.values() or not isinstance(cls, enum.EnumMeta) or name not in cls.__members__:
+    raise pickle.UnpicklingError(f"{cls!r}.{name} is not an enum member of a lowered program")
+  return cls[name]
+
+
 class _ProgramUnpickler(pickle.Unpickler):
-  """Makes only the classes a lowered program is made of; any other name in the pickle is an error."""
+  """Makes only the classes a lowered program is made of, and their enum members; any other name in the pickle is an
+  error."""
 
   def find_class(self, module, name):
+    if (module, name) == ("builtins", "getattr"):
+      return _enum_member
     if (module, name) not in _PROGRAM_CLASSES:
       raise pickle.UnpicklingError(f"{module}.{name} is not part of a lowered program")
     return _PROGRAM_CLASSES[module, name]
