@@ -63,8 +63,11 @@ def entries(cache: pathlib.Path) -> list[pathlib.Path]:
 def test_a_warm_start_reads_what_a_cold_one_wrote(tmp_path):
   cache = tmp_path / "programs"
   cold = counts(start(cache))
-  assert cold["misses"] == cold["written"] == len(entries(cache)) > 0 and "hits" not in cold, cold
-  assert counts(start(cache)) == {"hits": cold["written"]}
+  # NB: a program that does not read back as itself is not stored (one of WEBGPU's): lowered again when warm
+  assert cold["misses"] >= cold["written"] == len(entries(cache)) > 0 and "hits" not in cold, cold
+  warm = counts(start(cache))
+  assert warm["hits"] == cold["written"] and warm.get("misses", 0) == cold["misses"] - cold["written"], warm
+  assert "rejected" not in warm, warm
 
 
 def test_concurrent_writers_leave_whole_entries(tmp_path):
