@@ -26,10 +26,12 @@ def why_not(eqn, supports_dtype, exporting: bool = False) -> str | None:
   if (missing := missing_rule(eqn.name)) is not None:
     return missing
   takes_keys = eqn.name in KEY_RULES or eqn.name in KEY_LAYOUTS
-  lacking = [a.dtype for a in eqn.in_avals + eqn.out_avals
-             if not supports_dtype(a.dtype) and not (takes_keys and keys.is_threefry(a.dtype))]
-  if lacking:
-    return f"{', '.join(sorted(set(map(str, lacking))))}: a dtype the device lacks"
+  def lacks(dtype) -> bool:
+    return not supports_dtype(dtype) and not (takes_keys and keys.is_threefry(dtype))
+  # NB: checked per buffered call (the fallback policy): the message is built only for an equation that fails
+  if any(lacks(a.dtype) for a in eqn.in_avals + eqn.out_avals):
+    lacking = {str(a.dtype) for a in eqn.in_avals + eqn.out_avals if lacks(a.dtype)}
+    return f"{', '.join(sorted(lacking))}: a dtype the device lacks"
   # a control-flow rule runs its sub-jaxprs here, an expanded primitive its expansion: unless they are wholly
   # native, XLA runs the whole primitive
   subs = closed_jaxprs_in(eqn.params)
