@@ -6,6 +6,7 @@ and go to `jax.config.update`. docs/settings.md is generated from SETTINGS.
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import os
 
 import jax
@@ -59,7 +60,27 @@ def get(name: str) -> str:
     return backends[-1]
   if name in _overrides:
     return _overrides[name]
-  return os.environ.get(setting.env, setting.default)
+  return _environ(setting)
+
+
+_ENV_KEYS = {s.env: os.fsencode(s.env) for s in SETTINGS.values()}
+
+
+def _environ(setting: Setting) -> str:
+  """The setting's environment variable, read now (a change between two calls is honoured), or its default.
+
+  NB: settings are read at every call (a jit call reads five); os.environ.get is Python-level code around the dict of
+  bytes it keeps in step with every change made through os.environ (CPython on POSIX), which is read directly."""
+  data = getattr(os.environ, "_data", None) if os.name == "posix" else None
+  if data is None:
+    return os.environ.get(setting.env, setting.default)
+  raw = data.get(_ENV_KEYS[setting.env])
+  return setting.default if raw is None else _decoded(raw)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded(raw: bytes) -> str:
+  return os.fsdecode(raw)
 
 
 def _check(name: str, value: str) -> str:

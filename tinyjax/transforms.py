@@ -8,7 +8,7 @@ import functools
 
 import jax
 
-from tinyjax.core import pending, mirror, report, tracing
+from tinyjax.core import dispatch, pending, mirror, report, tracing
 from tinyjax.core.array import Array
 
 
@@ -51,9 +51,17 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
 
 def call_jitted(jitted, args, kwargs):
   """A call of JAX's jitted function on the backend, dispatched at once (flushed) as JAX dispatches a jitted call,
-  so that a loop of calls replays one captured program instead of growing the buffer."""
+  so that a loop of calls replays one captured program instead of growing the buffer.
+
+  A call whose program is compiled already, with concrete inputs and nothing else pending, runs it at once
+  (tinyjax/core/dispatch.py); the first such call goes the general way, and what it traced is remembered."""
+  prepared = dispatch.prepare(jitted, args, kwargs)
+  if prepared is not None and (out := dispatch.run(prepared)) is not dispatch.MISS:
+    return out
   out = tracing.call(jitted, args, kwargs)
   pending.flush()
+  if prepared is not None:
+    dispatch.remember(jitted, prepared)
   return out
 
 

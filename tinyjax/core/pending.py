@@ -18,6 +18,7 @@ from jax.extend.core import Literal
 
 from tinyjax import config
 from tinyjax.backends import check
+from tinyjax.backends.selection import current_backend
 from tinyjax.core import report
 from tinyjax.ir.program import Builder
 
@@ -123,7 +124,6 @@ def track(array) -> None:
 
 def flush(extra=()) -> None:
   """Run every pending value that a live Array (or `extra`) can still read, as one program."""
-  from tinyjax.backends.selection import current_backend
   with flush_lock:
     arrays = [a for r in _queue.pending if (a := r()) is not None]
     _queue.pending.clear()
@@ -131,7 +131,7 @@ def flush(extra=()) -> None:
     values = list({id(v): v for v in [a._value for a in arrays] + list(extra) if v.node is not None}.values())
     if not values:
       return
-    backend = check.checked(current_backend())  # TINYJAX_CHECK=1: checked against XLA
+    backend = flush_backend()
     try:
       # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
       # other values do not rerun (and fail on) equations that nobody asked for
@@ -142,6 +142,11 @@ def flush(extra=()) -> None:
       if not asked or len(asked) == len(values):
         raise
     run(asked, backend)  # the values read may not need what failed: they alone decide whether the read raises
+
+
+def flush_backend():
+  """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1."""
+  return check.checked(current_backend())
 
 
 def _collect(values):
@@ -186,13 +191,28 @@ def run(values: list[Value], backend) -> None:
       _programs.popitem(last=False)
   else:
     _programs.move_to_end(key)
+  execute(compiled, backend, values, input_values)
+
+
+def compiled_program(key):
+  """The program compiled for a flush's key (backend, wiring, outputs), if it is still cached (under flush_lock)."""
+  compiled = _programs.get(key)
+  if compiled is not None:
+    _programs.move_to_end(key)
+  return compiled
+
+
+def execute(compiled, backend, values: list[Value], input_values: list[Value]) -> None:
+  """Run a compiled program on its inputs' buffers (under flush_lock): `values` become its outputs, concrete, and
+  the run is counted in the report."""
   # NB: auto's programs take and make buffers of the backend they run on, which their first run chooses
   target = compiled.placement().target or backend
   results = compiled.run([v.buffer_on(target) for v in input_values])
   placement = compiled.placement()  # NB: after the run, which may have decided it (auto's choice, a rescue)
   report.record_run(placement)
+  made_on = placement.target or backend
   for value, result in zip(values, results, strict=True):
-    value.buffers = {placement.target or backend: result}
+    value.buffers = {made_on: result}
     value.node = value.host = None
 
 

@@ -97,18 +97,18 @@ def _scalar_aval(kind: type, x64: bool):
   return jax.core.ShapedArray((), dtype, weak_type=True)
 
 
-def _static_key(x):
+def static_key(x):
   if isinstance(x, float):
     return (float, x.hex())  # NB: -0.0 == 0.0 and NaN != NaN; the bits are the key
   if isinstance(x, complex):
     return (complex, x.real.hex(), x.imag.hex())
   if isinstance(x, slice):
-    return (slice, _static_key(x.start), _static_key(x.stop), _static_key(x.step))
+    return (slice, static_key(x.start), static_key(x.stop), static_key(x.step))
   hash(x)  # unhashable statics raise TypeError here: such calls are traced without caching
   return (type(x), x)
 
 
-def _input_value(leaf, aval) -> Value:
+def input_value(leaf, aval) -> Value:
   if is_array(leaf):
     if isinstance(leaf._value, DeletedValue):
       leaf._value.to_host()  # raises JAX's error at the call
@@ -145,7 +145,7 @@ _SCALAR_VALUES_KEPT = 256
 def _scalar_value(value, aval) -> Value:
   """One Value per recent (Python scalar, aval): its device buffer is made once, not at every call that passes it
   (an eager loop's `x * 1.01` would otherwise copy 1.01 to the device at each flush)."""
-  key = (_static_key(value), aval)
+  key = (static_key(value), aval)
   if (cached := _scalar_values.get(key)) is not None:
     _scalar_values.move_to_end(key)
     return cached
@@ -155,8 +155,9 @@ def _scalar_value(value, aval) -> Value:
   return cached
 
 
-def _trace(fn, treedef, leaves, scalars_dynamic: bool):
-  """The Traced call and the positions of its dynamic leaves."""
+def trace_key(fn, treedef, leaves, scalars_dynamic: bool):
+  """The key of a call's trace in the cache (None when a static argument is unhashable), the positions of its
+  dynamic leaves, their avals, and the static values."""
   dynamic, avals, statics = [], [], []
   for i, leaf in enumerate(leaves):
     if is_array(leaf):
@@ -171,9 +172,15 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     dynamic.append(i)
     avals.append(aval)
   try:
-    key = (fn, treedef, tuple(avals), tuple(map(_static_key, statics)), tuple(dynamic), jax_config.trace_context())
+    key = (fn, treedef, tuple(avals), tuple(map(static_key, statics)), tuple(dynamic), jax_config.trace_context())
   except TypeError:
     key = None
+  return key, dynamic, avals, statics
+
+
+def _trace(fn, treedef, leaves, scalars_dynamic: bool):
+  """The Traced call and the positions of its dynamic leaves."""
+  key, dynamic, avals, statics = trace_key(fn, treedef, leaves, scalars_dynamic)
   if key is not None and (traced := _traces.get(key)) is not None:
     return traced, dynamic, avals
 
@@ -260,22 +267,43 @@ def inside_transformation() -> bool:
   return jax_core.trace_ctx.trace is not jax_core.eval_trace
 
 
+def scalars_marked(args: tuple, kwargs: dict) -> tuple:
+  """The call's top-level Python scalars that are traced as weak-typed inputs, wrapped in Scalar."""
+  int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
+  return tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
+               for a in args)
+
+
+def scalars_signature(fn, treedef, leaves):
+  """What decides whether a call's scalars are traced (None without scalars): once a trace with them dynamic failed
+  (the function needs a scalar's value), calls with this signature keep them static."""
+  if not any(isinstance(x, Scalar) for x in leaves):
+    return None
+  # the call's identity apart from its arrays and scalars (e.g. which method `_apply_method` applies)
+  return fn, treedef, tuple(x for x in leaves if isinstance(x, str))
+
+
+def scalars_static(signature) -> bool:
+  return signature in _static_scalar_calls
+
+
+def cached_trace(key) -> Traced | None:
+  """The trace cached under `key` (trace_key's), if it still is."""
+  return _traces.get(key)
+
+
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
   if isinstance(device := kwargs.get("device"), Device):  # a tinyjax device: JAX computes, tinyjax places
     return placed(call(fn, args, {**kwargs, "device": None}, static_scalars), device)
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
-    args = tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
-                 for a in args)
+    args = scalars_marked(args, kwargs)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
   if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
-  has_scalars = any(isinstance(x, Scalar) for x in leaves)
-  # the call's identity apart from its arrays and scalars (e.g. which method `_apply_method` applies)
-  signature = (fn, treedef, tuple(x for x in leaves if isinstance(x, str))) if has_scalars else None
-  scalars_dynamic = has_scalars and signature not in _static_scalar_calls
+  signature = scalars_signature(fn, treedef, leaves)
+  scalars_dynamic = signature is not None and signature not in _static_scalar_calls
   try:
     traced, dynamic, avals = _trace(fn, treedef, leaves, scalars_dynamic)
   except Exception as error:
@@ -293,7 +321,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   source = user_source()
   if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
     check_fallback(current_backend(), traced.program.eqns, source)
-  inputs = [_input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
+  inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
   forwarded = {id(leaves[i]._value): leaves[i] for i in dynamic if is_array(leaves[i])}
   outs = [forwarded[id(v)] if id(v) in forwarded else Array(v) for v in pending.append(traced, inputs, source)]

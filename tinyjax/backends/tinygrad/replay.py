@@ -83,31 +83,65 @@ class Replayed:
     outs = self.lazy(list(buffers[:self.n_inputs]))
     return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
 
-  def _replay(self, inputs):
+  def launched(self, inputs) -> list | None:
+    """The outputs of a replay by the launcher, which makes no kernel (so it needs no kernel context); None when
+    this run is not one (tinygrad makes or captures kernels, or replays them itself)."""
+    if self.kernels is None:
+      return None
     from tinygrad.device import Buffer
+    from tinygrad.uop.ops import Ops, buffers
+    bases = [t.uop.base for t in inputs]
+    if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
+      return None
+    targets = [t.fresh() for t in self._templates()]
+    # NB: each BUFFER uop's Buffer set and read in tinygrad's table directly: UOp.buffer computes the uop's
+    # shape and base first, which costs more than the launches of a small program
+    for target, (_, size, dtype, device) in zip(targets, self.specs):
+      buffers[target] = Buffer(device, size, dtype).ref(1)
+    launch(self.kernels, [buffers[u].ensure_allocated() for u in bases + targets])
+    return self._outputs(inputs, targets)
+
+  def _templates(self):
+    if not self.templates:
+      self.templates = [_OutputTemplate.of(shape, size, dtype, device) for shape, size, dtype, device in self.specs]
+    return self.templates
+
+  def _replay(self, inputs):
     from tinygrad.engine.realize import run_linear
-    from tinygrad.uop.ops import Ops, UOp, buffers
+    from tinygrad.uop.ops import Ops
+    if (outs := self.launched(inputs)) is not None:
+      return outs
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
       return self.run(inputs)
-    if not self.templates:
-      self.templates = [_OutputTemplate.of(shape, size, dtype, device) for shape, size, dtype, device in self.specs]
-    targets = [t.fresh() for t in self.templates]
-    if self.kernels is None:
-      run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
-    else:
-      # NB: each BUFFER uop's Buffer set and read in tinygrad's table directly: UOp.buffer computes the uop's
-      # shape and base first, which costs more than the launches of a small program
-      for target, (_, size, dtype, device) in zip(targets, self.specs):
-        buffers[target] = Buffer(device, size, dtype).ref(1)
-      launch(self.kernels, [buffers[u].ensure_allocated() for u in bases + targets])
+    targets = [t.fresh() for t in self._templates()]
+    run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
+    return self._outputs(inputs, targets)
+
+  def _outputs(self, inputs, targets):
+    from tinygrad.uop.ops import Ops, UOp
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else self.empty.get(i)
             for i, a in enumerate(self.program.outputs)]
-    for i, target, template in zip(self.written, targets, self.templates):
-      reshaped = target if template.shape_operands is None else UOp(Ops.RESHAPE, target.dtype,
-                                                                      (target, *template.shape_operands))
-      outs[i] = _tensor_of(reshaped)
+    from tinygrad import tensor as tensor_module
+    # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
+    # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
+    outer = tensor_module._METADATA.set(_REPLAY_METADATA)
+    try:
+      for i, target, template in zip(self.written, targets, self.templates):
+        reshaped = target if template.shape_operands is None else UOp(Ops.RESHAPE, target.dtype,
+                                                                        (target, *template.shape_operands))
+        outs[i] = _tensor_of(reshaped)
+    finally:
+      tensor_module._METADATA.set(outer)
     return outs
+
+
+def _replay_metadata():
+  from tinygrad.helpers import Metadata
+  return Metadata(name="tinyjax_replay")
+
+
+_REPLAY_METADATA = _replay_metadata()
 
 
 def _tensor_of(uop):
@@ -141,7 +175,12 @@ class _OutputTemplate:
   def fresh(self):
     """A new BUFFER uop (a slot of its own) like the template's."""
     from tinygrad.uop.ops import Ops, UOp
-    arg = dataclasses.replace(self.buffer.arg, slot=next(UOp.unique_num))
+    template = self.buffer.arg
+    # NB: dataclasses.replace of the frozen ParamArg (nine fields) costs more than the launch of a small kernel: the
+    # template's fields are copied as its own __init__ sets them, with a new slot
+    arg = object.__new__(type(template))
+    arg.__dict__.update(template.__dict__)
+    arg.__dict__["slot"] = next(UOp.unique_num)
     return UOp(Ops.BUFFER, self.buffer.dtype, self.buffer.src, arg)
 
 

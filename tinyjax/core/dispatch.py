@@ -1,0 +1,170 @@
+"""The jit fast path: a call of a jitted function whose program is compiled already runs that program at once.
+
+A `tinyjax.jit` call (and patched `jax.jit`'s) is in general a traced call appended to the pending queue, then a flush
+of the queue. When the queue holds no other pending work and every input is concrete, that flush runs one program:
+the one compiled for (the call's trace, which inputs share a Value, the backend), recorded as one run. The first
+such call of a function goes that general way; what it traced is remembered here by (function, tree structure,
+input avals with their weak types, static values, JAX's trace context). A later call with the same key finds the
+compiled program in the flush's own cache, under the same key the flush would have used, and runs it: no Node, no
+collection of the queue, no wiring, no tree flattening with a callback per leaf.
+
+The settings are read at each call (the backend, device, checking mode and fallback policy in effect now pick the
+program, as at a flush); the fallback policy is applied as at a traced call. Anything else goes the general way,
+which gives the same result: a pending or deleted input, other pending work (run together with the call, as
+before), a tracer, an unhashable static argument, scalars a function needs static, a trace or a program no longer
+cached.
+"""
+import jax
+import numpy as np
+from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
+from jax.extend.core import Literal
+
+from tinyjax import config
+from tinyjax.backends.selection import check_fallback, current_backend
+from tinyjax.core import pending, tracing
+from tinyjax.core.array import Array
+from tinyjax.core.pending import Value
+from tinyjax.core.tracing import Scalar
+from tinyjax.ir.source import user_source
+
+_SCALAR_TYPES = (int, float, complex)
+_HOST_ARRAYS = (np.ndarray, np.generic)
+_entries: dict = {}
+_ENTRIES_KEPT = 4096
+MISS = object()
+
+# How each output of a remembered call is made (pending.append and tracing.call, for one call of concrete inputs)
+_COMPUTED, _LITERAL, _CONST, _INPUT = range(4)
+
+
+class _Entry:
+  """A remembered call: its trace (valid while the trace cache still holds it), its dynamic leaves and their avals,
+  how each output is made, and the outputs of its program (as a flush of this call alone numbers them)."""
+  __slots__ = ("traced", "trace_key", "signature", "scalars_dynamic", "dynamic", "avals", "outputs", "program_outs",
+               "forwards")
+
+  def __init__(self, traced, trace_key, signature, scalars_dynamic, dynamic, avals):
+    self.traced, self.trace_key, self.signature = traced, trace_key, signature
+    self.scalars_dynamic = scalars_dynamic  # valid until a call finds the function needs them static
+    self.dynamic, self.avals = tuple(dynamic), tuple(avals)
+    jaxpr = traced.jaxpr.jaxpr
+    outputs = []
+    for index, var in enumerate(jaxpr.outvars):
+      if isinstance(var, Literal):
+        outputs.append((_LITERAL, var.aval, var.val))
+      elif var in jaxpr.constvars:
+        outputs.append((_CONST, var.aval, traced.jaxpr.consts[jaxpr.constvars.index(var)]))
+      elif var in jaxpr.invars:
+        outputs.append((_INPUT, None, jaxpr.invars.index(var)))
+      else:
+        outputs.append((_COMPUTED, var.aval, index))
+    self.outputs = tuple(outputs)
+    self.program_outs = tuple((0, index) for kind, _, index in outputs if kind == _COMPUTED)
+    self.forwards = any(kind == _INPUT for kind, _, _ in outputs)
+
+
+def prepare(fn, args: tuple, kwargs: dict):
+  """What a call's fast path needs, (leaves, key), or None when the call must go the general way."""
+  if pending._queue.pending or "device" in kwargs or tracing.inside_transformation():
+    return None
+  marked = False
+  for a in args:
+    if type(a) in _SCALAR_TYPES:
+      args, marked = tracing.scalars_marked(args, kwargs), True
+      break
+  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))  # NB: Arrays and Scalars are leaves
+  # scalars the function needs static (jit's static_argnums): each value is a trace of its own
+  static_scalars = marked and tracing.scalars_static(tracing.scalars_signature(fn, treedef, leaves))
+  signature = []
+  for leaf in leaves:
+    kind = type(leaf)
+    if kind is Array:
+      value = leaf._value
+      if value.node is not None or type(value) is not Value:  # pending, or deleted
+        return None
+      signature.append(value.aval)
+    elif kind is Scalar:
+      signature.append(tracing.static_key(leaf.value) if static_scalars else (Scalar, type(leaf.value)))
+    elif isinstance(leaf, _HOST_ARRAYS):
+      signature.append((np.ndarray, leaf.shape, leaf.dtype))
+    elif isinstance(leaf, (jax.core.Tracer, Array)):  # a tracer: the general way defers to JAX
+      return None
+    elif isinstance(leaf, jax.Array):
+      signature.append((jax.Array, jax.typeof(leaf)))
+    else:
+      try:
+        signature.append(tracing.static_key(leaf))
+      except TypeError:  # unhashable
+        return None
+  return leaves, (fn, treedef, tuple(signature), jax_config.trace_context()), static_scalars
+
+
+def run(prepared):
+  """The outputs of the call, run at once, or MISS."""
+  leaves, key, _ = prepared
+  entry = _entries.get(key)
+  if entry is None or entry.scalars_dynamic and tracing.scalars_static(entry.signature):
+    return MISS
+  traced = entry.traced
+  if tracing.cached_trace(entry.trace_key) is not traced:
+    return MISS
+  backend = pending.flush_backend()
+  inputs = [tracing.input_value(leaves[i], aval) for i, aval in zip(entry.dynamic, entry.avals)]
+  positions: dict[int, int] = {}  # id(value) -> its position among the program's inputs (the first occurrence)
+  unique = []
+  refs = []
+  for v in inputs:
+    position = positions.get(id(v))
+    if position is None:
+      position = positions[id(v)] = len(unique)
+      unique.append(v)
+    refs.append(-1 - position)
+  computed = []
+  if entry.program_outs:
+    with pending.flush_lock:
+      compiled = pending.compiled_program((backend, ((traced.serial, tuple(refs)),), entry.program_outs))
+      if compiled is None:
+        return MISS
+      if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # as tracing.call applies the policy
+        check_fallback(current_backend(), traced.program.eqns, user_source())
+      computed = [Value(aval) for kind, aval, _ in entry.outputs if kind == _COMPUTED]
+      pending.execute(compiled, backend, computed, unique)
+  elif config.get("fallback") != "xla" or jax.config.jax_enable_x64:
+    check_fallback(current_backend(), traced.program.eqns, user_source())
+  return jax.tree_util.tree_unflatten(traced.out_tree, _outputs(entry, leaves, inputs, computed))
+
+
+def _outputs(entry, leaves, inputs, computed) -> list:
+  """The call's output Arrays, as tracing.call makes them from pending.append's Values."""
+  # an output that is an input unchanged is that input's Array itself, as in JAX
+  forwarded = {id(leaves[i]._value): leaves[i] for i in entry.dynamic if type(leaves[i]) is Array} \
+      if entry.forwards else {}
+  computed = iter(computed)
+  outs = []
+  for kind, aval, payload in entry.outputs:
+    if kind == _COMPUTED:
+      outs.append(Array(next(computed)))
+    elif kind == _INPUT:
+      v = inputs[payload]
+      outs.append(forwarded.get(id(v)) or Array(v))
+    elif kind == _LITERAL:
+      outs.append(Array(Value(aval, host=np.asarray(payload, aval.dtype))))
+    else:
+      outs.append(Array(Value(aval, host=np.asarray(payload))))
+  return outs
+
+
+def remember(fn, prepared) -> None:
+  """After the call went the general way (with an empty queue and concrete inputs): remember its trace."""
+  leaves, key, static_scalars = prepared
+  treedef = key[1]
+  signature = tracing.scalars_signature(fn, treedef, leaves)
+  if signature is not None and tracing.scalars_static(signature) != static_scalars:
+    return  # the call found its scalars must be static: the next call's key says so
+  scalars_dynamic = signature is not None and not static_scalars
+  trace_key, dynamic, avals, _ = tracing.trace_key(fn, treedef, leaves, scalars_dynamic)
+  if trace_key is None or (traced := tracing.cached_trace(trace_key)) is None:
+    return
+  if len(_entries) >= _ENTRIES_KEPT:
+    _entries.pop(next(iter(_entries)))
+  _entries[key] = _Entry(traced, trace_key, signature, scalars_dynamic, dynamic, avals)
