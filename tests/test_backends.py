@@ -2,8 +2,7 @@
 the settings at first use, device_put / device_get, the errors for bad settings and unknown devices, results that
 agree across backends, and the mixed fallback (segments, the TINYJAX_FALLBACK policy, explain and report).
 
-The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (fft on complex numbers, schur),
-which tinygrad will not run natively for a long time.
+The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (tridiagonal_solve, schur).
 """
 import os
 import subprocess
@@ -230,21 +229,25 @@ def test_environment_before_start():
 def test_forced_fallbacks_are_not_native():
   """The primitives these tests use to force a fallback are in NOT_YET_NATIVE (and not in the rule table)."""
   from tinyjax.backends.tinygrad.table import RULES
-  for name in ("fft", "schur", "real"):
+  for name in ("tridiagonal_solve", "schur"):
     assert name in NOT_YET_NATIVE and name not in RULES
 
 
 def _spectrum(m, x):
-  return m.fft.fft(x).real * 2  # convert to complex, fft, real: one run of fallback equations
+  return _tridiagonal(m, x) * 2  # a tridiagonal solve (one fallback equation), then a native mul
+
+
+def _tridiagonal(m, x):
+  lax = tinyjax.lax if m is tnp else jax.lax
+  return lax.linalg.tridiagonal_solve(x * 0, x + 3, x * 0, x[:, None])[:, 0]
 
 
 def test_consecutive_fallback_equations_form_one_segment():
   x = np.linspace(0, 1, 8, dtype=np.float32)
   report = tinyjax.explain(lambda: _spectrum(tnp, x))()
-  assert report.segments == {"xla": 1, "tinygrad": 1}
-  assert report.fallback_primitives == {"convert_element_type": 1, "fft": 1, "real": 1}
-  assert report.primitives[("tinygrad", "mul")] == 1
-  assert report.bytes_crossed == 8 * 4 * 2  # the float32 input in, the real part out
+  assert report.segments == {"xla": 1, "tinygrad": 1}  # x's own operations are folded into the solve's inputs
+  assert report.fallback_primitives == {"tridiagonal_solve": 1}
+  assert report.bytes_crossed == 8 * 4 * 5  # the three diagonals and the right-hand side in, the solution out
   assert report.flushes == 1
   assert_like_jax(_spectrum(tnp, x), _spectrum(jnp, x), rtol=1e-5, atol=1e-6)
 
@@ -265,10 +268,10 @@ def test_segments_around_a_fallback():
 
 
 def test_report_accumulates_over_the_process():
-  before = tinyjax.report().primitives[("xla", "fft")]
+  before = tinyjax.report().primitives[("xla", "tridiagonal_solve")]
   for _ in range(2):
     np.asarray(_spectrum(tnp, np.ones(8, np.float32)))
-  assert tinyjax.report().primitives[("xla", "fft")] == before + 2
+  assert tinyjax.report().primitives[("xla", "tridiagonal_solve")] == before + 2
 
 
 def test_fallback_policy_xla_runs_silently(monkeypatch):
@@ -287,16 +290,16 @@ def test_fallback_policy_warn(monkeypatch):
     warnings.simplefilter("always")
     result = _spectrum(tnp, x)
     again = _spectrum(tnp, x)  # once per primitive: no new warnings
-  fft = [w for w in caught if "fft" in str(w.message) and issubclass(w.category, RuntimeWarning)]
-  assert len(fft) == 1
-  assert fft[0].filename == _FILE and fft[0].lineno == _spectrum_line()  # the user's line, not tinyjax's
-  assert "complex64" in str(fft[0].message) and repr(selection.current_backend().device) in str(fft[0].message)
+  solve = [w for w in caught if "tridiagonal_solve" in str(w.message) and issubclass(w.category, RuntimeWarning)]
+  assert len(solve) == 1
+  assert solve[0].filename == _FILE and solve[0].lineno == _tridiagonal_line()  # the user's line, not tinyjax's
+  assert "float32" in str(solve[0].message) and repr(selection.current_backend().device) in str(solve[0].message)
   assert len(caught) == len({str(w.message).split(" ")[0] for w in caught})  # one warning per primitive
   assert_like_jax([result, again], [_spectrum(jnp, x)] * 2, rtol=1e-5, atol=1e-6)
 
 
-def _spectrum_line():
-  return _spectrum.__code__.co_firstlineno + 1
+def _tridiagonal_line():
+  return _tridiagonal.__code__.co_firstlineno + 2
 
 
 def test_fallback_policy_warn_points_at_the_callers_line(monkeypatch):

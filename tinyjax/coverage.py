@@ -9,7 +9,7 @@ import jax.extend.core.primitives as jax_primitives
 
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.plan import missing_rule
-from tinyjax.backends.tinygrad.table import RULES
+from tinyjax.backends.tinygrad.table import CARRIED_AS_IS, COMPLEX_RULES, LAYOUTS, RULES
 from tinyjax.ir.program import CALL_PARAMS
 
 
@@ -18,6 +18,7 @@ class Row:
   primitive: str
   status: str  # "native", "inlined" (call primitives: their bodies are run), "fallback" (runs on XLA)
   note: str
+  complex: bool = False  # whether complex operands run natively too
 
 
 def jax_primitive_names() -> set[str]:
@@ -30,7 +31,7 @@ def rows() -> list[Row]:
   table = []
   for name in sorted(names):
     if missing_rule(name) is None:
-      table.append(Row(name, "native", ""))
+      table.append(Row(name, "native", "", name in COMPLEX_RULES or name in LAYOUTS or name in CARRIED_AS_IS))
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))
     else:
@@ -45,6 +46,7 @@ def markdown() -> str:
            "Generated from the rule tables by `tinyjax coverage --markdown`; do not edit by hand.", "",
            f"{counts['native']} native, {counts['inlined']} inlined, {counts['fallback']} run on XLA "
            f"(of {len(table)} primitives).", "",
-           "| primitive | tinygrad | note |", "|---|---|---|"]
-  lines += [f"| `{r.primitive}` | {r.status} | {r.note} |" for r in table]
+           "The complex column: whether complex operands run natively too (as (real, imaginary) pairs).", "",
+           "| primitive | tinygrad | complex | note |", "|---|---|---|---|"]
+  lines += [f"| `{r.primitive}` | {r.status} | {'yes' if r.complex else ''} | {r.note} |" for r in table]
   return "\n".join(lines) + "\n"

@@ -48,7 +48,7 @@ def coverage(
   rows = table.rows()
   if as_json:
     typer.echo(json.dumps({"primitives": [{"primitive": r.primitive, "tinygrad": r.status, "xla": "native",
-                                           "note": r.note} for r in rows], "dtypes": dtypes}, indent=2))
+                                           "note": r.note, "complex": r.complex} for r in rows], "dtypes": dtypes}, indent=2))
     return
   if markdown:
     typer.echo(table.markdown())

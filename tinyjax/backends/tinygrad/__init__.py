@@ -14,13 +14,12 @@ from tinyjax.backends import float64
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
   contraction, control_flow, eigen, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting,
   special)
-from tinyjax.backends.tinygrad import depth, device, plan
+from tinyjax.backends.tinygrad import carried, complexmath, depth, device, plan  # noqa: F401 (complexmath: rules)
 from tinyjax.backends.tinygrad.amendments import amend
 from tinyjax.backends.tinygrad.replay import Replayed, realized
 from tinyjax.backends.tinygrad.rescue import Rescuable
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
-from tinyjax.backends.tinygrad.table import KEY_LAYOUTS, RULES, RuleContext, tg_dtype
-from tinyjax.ir import keys
+from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
 from tinyjax.ir.backend import Backend, Compiled, Placement
 from tinyjax.ir.program import interpret, read_outputs
 
@@ -47,11 +46,14 @@ class TinygradBackend(Backend):
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
-    buffer = device.copied_in(host, self.tg_device).realize()
+    data = carried.to_pairs(host) if carried.is_complex(host.dtype) else host
+    buffer = device.copied_in(data, self.tg_device).realize()
     device.release_copied_hosts(self.tg_device)
-    return buffer
+    return carried.PairBuffer(buffer, host.dtype) if data is not host else buffer
 
   def get(self, buffer):
+    if isinstance(buffer, carried.PairBuffer):
+      return carried.from_pairs(device.copied_out(buffer.pairs), buffer.dtype)
     return buffer if isinstance(buffer, np.ndarray) else device.copied_out(buffer)
 
   def wait(self, buffer):
@@ -62,7 +64,7 @@ class TinygradBackend(Backend):
   def address(self, buffer):
     if isinstance(buffer, np.ndarray):  # NB: a dtype the device lacks stays on the host
       return buffer.ctypes.data
-    found = device.address(buffer)
+    found = device.address(carried.unwrapped(buffer))
     return super().address(buffer) if found is None else found
 
   def const(self, c):
@@ -78,7 +80,7 @@ class TinygradBackend(Backend):
     device's compiler rejects (bfloat16 under clang before 17) is computed by tinygrad's emulation, in float32 on its
     16 stored bits, if that runs."""
     try:
-      dt = tg_dtype(dtype)
+      dt = tg_dtype(carried.real_dtype(dtype) if carried.is_complex(dtype) else dtype)  # complex: as pairs
     except KeyError:
       return False
     if device.runs_kernel_in(dt, self.tg_device):
@@ -90,15 +92,16 @@ class TinygradBackend(Backend):
 
   def apply(self, eqn, inputs):
     in_avals, out_avals, params = eqn.in_avals, eqn.out_avals, eqn.params
-    if eqn.name in KEY_LAYOUTS and any(keys.is_key(a.dtype) for a in in_avals + out_avals):
-      # NB: a layout primitive on typed keys moves their raw data, which has a trailing key dimension
-      in_avals, out_avals = [tuple(keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in avals)
-                             for avals in (in_avals, out_avals)]
-      params = KEY_LAYOUTS[eqn.name](eqn.out_avals, **params)
-    ctx = RuleContext(in_avals, out_avals, self.tg_device, self)
-    out = RULES[eqn.name](ctx, *inputs, **params)
+    rule, carries = RULES.get(eqn.name), carried.carries(eqn)
+    if carries:
+      if eqn.name in COMPLEX_RULES:
+        rule = COMPLEX_RULES[eqn.name]
+      elif eqn.name in LAYOUTS:  # NB: on the carried data, which has a trailing dimension of 2
+        in_avals, out_avals = [tuple(map(carried.carried_aval, avals)) for avals in (in_avals, out_avals)]
+        params = LAYOUTS[eqn.name](eqn.in_avals, eqn.out_avals, **params)
+    out = rule(RuleContext(in_avals, out_avals, self.tg_device, self), *inputs, **params)
     out = out if eqn.primitive.multiple_results else [out]
-    if eqn.name in KEY_LAYOUTS:  # moves values: nothing to round
+    if carries and eqn.name in LAYOUTS:  # moves values: nothing to round
       return out
     # NB: a 16-bit float result is rounded here, after each operation as XLA rounds it (see rounding.py)
     return [t if isinstance(t, np.ndarray) or t.dtype not in rounding.ROUNDED else rounding.rounded(t) for t in out]
@@ -142,6 +145,6 @@ class TinygradBackend(Backend):
               for a, t in zip(program.outputs, lazy(inputs))]
       return realized(outs, self.tg_device)
 
-    runner = Replayed(run, lazy, program, self.const) if planned.jittable else run
+    runner = carried.at_boundary(Replayed(run, lazy, program, self.const) if planned.jittable else run, program)
     rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
     return Compiled(rescuable, lambda: rescuable.placement)

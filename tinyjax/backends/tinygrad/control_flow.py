@@ -6,8 +6,8 @@ program builder inlines their jaxprs (tinyjax.ir.program.CALL_PARAMS), recursive
 inside runs where it is supported.
 
 Sub-jaxprs (branches, bodies) run through `ctx.backend.run_jaxpr`, with the same rules, lazily. The backend runs a
-control-flow primitive here only when its sub-jaxprs are wholly native (else XLA runs all of it). Typed PRNG keys
-pass through as their raw data (tinyjax.ir.keys), so every rule here takes them.
+control-flow primitive here only when its sub-jaxprs are wholly native (else XLA runs all of it). Carried values
+(typed PRNG keys, complex numbers: carried.py) pass through as their data, so every rule here takes them.
 
 cond evaluates every branch and selects the results, so that its program stays capturable by TinyJit (unless a
 branch holds a data-dependent loop). while reads its predicate on the host each iteration. Loop steps cost what
@@ -20,9 +20,9 @@ import functools
 
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
+from tinyjax.backends.tinygrad import carried
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
-from tinyjax.ir import keys
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
 SCAN_CHUNK = 8  # steps per realize (lazy scans) or per TinyJit replay (longer scans)
@@ -75,7 +75,7 @@ def _at(x: Tensor, i) -> Tensor:
   return x.shrink(((i, i + 1),) + tuple((0, n) for n in x.shape[1:]))
 
 
-@register("cond", keys=True)
+@register("cond", carried=True)
 def _cond(ctx, index, *operands, branches, branches_platforms=None):
   # the index is clamped into range, as XLA does; a boolean predicate (2 branches) counts as 0 or 1. (With
   # branches_platforms, the index is platform_index's constant.)
@@ -107,7 +107,7 @@ def _while_step(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, *operands):
   batched = len(carry) > len(body_jaxpr.out_avals)
   carry, running = (carry[:-1], carry[-1]) if batched else (carry, None)
   stepped = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
-  if batched:  # the predicate's shape leads each carry's (typed keys have their raw data's trailing dimension)
+  if batched:  # the predicate's shape leads each carry's (carried values have their data's trailing dimension)
     stepped = [running.reshape(running.shape + (1,) * (new.ndim - running.ndim)).where(new, old)
                for new, old in zip(stepped, carry)]
   (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *stepped)
@@ -119,7 +119,7 @@ def _while_jit(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, in_avals):
   return TinyJit(functools.partial(_while_step, backend, cond_jaxpr, body_jaxpr, n_cond, n_body))
 
 
-@register("while", host_sync=True, keys=True)
+@register("while", host_sync=True, carried=True)
 def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   # NB: the trip count depends on the data: the predicate is read on the host each iteration (host_sync)
   consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
@@ -165,11 +165,11 @@ def _long(*, length, **_) -> bool:
   return length > SCAN_UNROLLED
 
 
-@register("scan", host_sync=_long, keys=True)
+@register("scan", host_sync=_long, carried=True)
 def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll):
   consts, carry = operands[:num_consts], list(operands[num_consts:num_consts + num_carry])
   xs = operands[num_consts + num_carry:]
-  ys_avals = [keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in ctx.out_avals[num_carry:]]
+  ys_avals = [carried.carried_aval(a) for a in ctx.out_avals[num_carry:]]
   ys = _distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=ctx.device)
                                       for a in ys_avals])
   steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
@@ -220,7 +220,7 @@ def _platform_index(ctx, *, platforms):
   return Tensor(choice, dtype=dtypes.int32, device=ctx.device)
 
 
-@register("custom_linear_solve", keys=True)
+@register("custom_linear_solve", carried=True)
 def _custom_linear_solve(ctx, *operands, const_lengths, jaxprs):
   # the forward value is the `solve` jaxpr on b; the other jaxprs serve differentiation, which JAX has done
   start = const_lengths.matvec + const_lengths.vecmat
@@ -229,17 +229,17 @@ def _custom_linear_solve(ctx, *operands, const_lengths, jaxprs):
   return ctx.backend.run_jaxpr(jaxprs.solve, *solve_consts, *b)
 
 
-@register("stop_gradient", keys=True)
+@register("stop_gradient", carried=True)
 def _stop_gradient(ctx, x):
   return x  # JAX has already differentiated the program: the value passes through
 
 
-@register("optimization_barrier", keys=True)
+@register("optimization_barrier", carried=True)
 def _optimization_barrier(ctx, *operands):
   return list(operands)  # XLA's barrier orders scheduling; tinygrad's lazy graph has nothing to order
 
 
-@register("device_put", keys=True)
+@register("device_put", carried=True)
 def _device_put(ctx, *operands, devices, srcs, copy_semantics):
   # NB: a transfer inside a traced program (jax.device_put of a tracer): the program runs on one device
   return list(operands)

@@ -8,6 +8,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
+from tinyjax.backends.tinygrad import carried
 from tinyjax.backends.tinygrad.table import tg_dtype
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device, DeviceNotFoundError
@@ -87,6 +88,8 @@ def constant(c, tg_device: str):
   an array is copied in."""
   from tinygrad import Tensor
   value = np.asarray(keys.key_data(c.value)) if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
+  if carried.is_complex(value.dtype):  # NB: its pairs; a scalar's, shape (2,), broadcast as its operands' pairs
+    value = carried.to_pairs(value)
   if value.ndim == 0:
     return Tensor(value.item(), dtype=tg_dtype(value.dtype), device=tg_device)
   return copied_in(np.require(value, requirements=["C", "W"]), tg_device)

@@ -4,17 +4,15 @@ The coverage test checks that every primitive of jax.extend.core.primitives is i
 the call primitives the program builder inlines, or this table.
 """
 _COLLECTIVE = "a collective across devices: tinyjax runs programs on one device"
-_COMPLEX = "complex dtypes: tinygrad has none"
 _EFFECT = "an effect or state primitive (tokens, refs): not an array computation"
 
 NOT_YET_NATIVE: dict[str, str] = {
   # multi-device
   "all_gather": _COLLECTIVE, "all_to_all": _COLLECTIVE, "axis_index": _COLLECTIVE, "pmax": _COLLECTIVE,
   "pmin": _COLLECTIVE, "ppermute": _COLLECTIVE, "psum": _COLLECTIVE, "ragged_all_to_all": _COLLECTIVE,
-  # complex numbers and what produces them
-  "complex": _COMPLEX, "conj": _COMPLEX, "real": _COMPLEX, "imag": _COMPLEX, "fft": _COMPLEX + " (and no FFT)",
+  "fft": "not written yet",
   # decompositions
-  "eig": "LAPACK's geev: complex eigenvalues and eigenvectors (tinygrad has no complex dtype), from Francis "
+  "eig": "LAPACK's geev: complex eigenvalues and eigenvectors, from Francis "
          "double-shift QR iterations on the Hessenberg form, whose count and deflations depend on the data",
   "schur": "LAPACK's gees: Francis double-shift QR iterations on the Hessenberg form, whose count and deflations "
            "depend on the data; the Schur vectors follow those iterations",

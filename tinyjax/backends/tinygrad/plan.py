@@ -10,14 +10,15 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax.backends import xla
-from tinyjax.backends.tinygrad.table import EXPANSIONS, KEY_LAYOUTS, KEY_RULES, RULES, uses_host_sync
+from tinyjax.backends.tinygrad import carried
+from tinyjax.backends.tinygrad.table import CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES, uses_host_sync
 from tinyjax.ir import keys
 from tinyjax.ir.program import program_of
 
 
 def missing_rule(name: str) -> str | None:
   """Why the primitive `name` never runs natively (None if it has a rule; not_native.py says why it has none)."""
-  return None if name in RULES else "no tinygrad rule"
+  return None if name in RULES or name in COMPLEX_RULES else "no tinygrad rule"
 
 
 def why_not(eqn, supports_dtype, exporting: bool = False) -> str | None:
@@ -25,13 +26,18 @@ def why_not(eqn, supports_dtype, exporting: bool = False) -> str | None:
   `exporting`: also refuse what cannot be captured into an export (a rule that reads values on the host)."""
   if (missing := missing_rule(eqn.name)) is not None:
     return missing
-  takes_keys = eqn.name in KEY_RULES or eqn.name in KEY_LAYOUTS
+  takes_carried = eqn.name in CARRIED_AS_IS or eqn.name in LAYOUTS
   def lacks(dtype) -> bool:
-    return not supports_dtype(dtype) and not (takes_keys and keys.is_threefry(dtype))
+    if keys.is_key(dtype):
+      return not (takes_carried and keys.is_threefry(dtype))
+    return not supports_dtype(dtype)
   # NB: checked per buffered call (the fallback policy): the message is built only for an equation that fails
   if any(lacks(a.dtype) for a in eqn.in_avals + eqn.out_avals):
     lacking = {str(a.dtype) for a in eqn.in_avals + eqn.out_avals if lacks(a.dtype)}
     return f"{', '.join(sorted(lacking))}: a dtype the device lacks"
+  if not (takes_carried or eqn.name in COMPLEX_RULES if carried.carries(eqn) else eqn.name in RULES):
+    dtypes = {str(a.dtype) for a in eqn.in_avals + eqn.out_avals if carried.is_complex(a.dtype)}
+    return f"no tinygrad rule for {', '.join(sorted(dtypes)) or 'real'} operands"
   # a control-flow rule runs its sub-jaxprs here, an expanded primitive its expansion: unless they are wholly
   # native, XLA runs the whole primitive
   subs = closed_jaxprs_in(eqn.params)
@@ -110,9 +116,9 @@ def _fallback_step(backend, segment, in_avals, n_slots):
 
   def step(env):
     import jax
-    results = fn(*[jax.device_put(backend.get(env[s])) for s in segment.inputs])
+    results = fn(*[jax.device_put(backend.get(carried.wrapped(env[s], a))) for s, a in zip(segment.inputs, in_avals)])
     for slot, value in zip(segment.outputs, results):
-      env[slot] = backend.put(np.asarray(value))
+      env[slot] = carried.unwrapped(backend.put(np.asarray(value)))
   return step
 
 

@@ -1,5 +1,5 @@
 """Random bits: random_seed, random_bits, random_split, random_fold_in, random_wrap, random_unwrap, random_clone
-and threefry2x32, bit-identical to JAX's threefry2x32 PRNG; and the layout primitives on typed keys.
+and threefry2x32, bit-identical to JAX's threefry2x32 PRNG. (Layout primitives on typed keys: carried.py.)
 
 A typed threefry key array (`key<fry>[*K]`) is, on tinygrad, its raw data: uint32[*K, 2] (tinyjax.ir.keys).
 The hashes follow JAX's partitionable scheme (jax_threefry_partitionable, on by default): random_bits and
@@ -9,7 +9,7 @@ import math
 
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad.table import key_layout, register, tg_dtype
+from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA  # the key schedule's third word is k1 ^ k2 ^ this
@@ -52,7 +52,7 @@ def _threefry2x32(ctx, k1, k2, x1, x2):
   return list(_threefry(k1, k2, x1, x2))
 
 
-@register("random_seed", keys=True)
+@register("random_seed", carried=True)
 def _random_seed(ctx, seeds, *, impl):
   # JAX's threefry_seed: the seed's high 32 bits (0 unless it has 64), then its low 32 bits (two's complement)
   if seeds.dtype.itemsize == 8:
@@ -62,7 +62,7 @@ def _random_seed(ctx, seeds, *, impl):
   return high.stack(seeds.cast(dtypes.uint32), dim=-1)
 
 
-@register("random_bits", keys=True)
+@register("random_bits", carried=True)
 def _random_bits(ctx, keys, *, bit_width, shape):
   bits1, bits2 = _hash_iota(keys, tuple(shape))
   out = tg_dtype(ctx.out_aval.dtype)
@@ -71,12 +71,12 @@ def _random_bits(ctx, keys, *, bit_width, shape):
   return (bits1 ^ bits2).cast(out)  # 8 and 16 bits: the low bits, as JAX's wrapping convert_element_type
 
 
-@register("random_split", keys=True)
+@register("random_split", carried=True)
 def _random_split(ctx, keys, *, shape):
   return Tensor.stack(*_hash_iota(keys, tuple(shape)), dim=-1)
 
 
-@register("random_fold_in", keys=True)
+@register("random_fold_in", carried=True)
 def _random_fold_in(ctx, keys, msgs):
   # JAX's threefry_fold_in hashes the counter pair (0, msg) with each key; msgs wrap to uint32
   k1, k2 = _key_words(keys)
@@ -84,56 +84,11 @@ def _random_fold_in(ctx, keys, msgs):
   return Tensor.stack(*_threefry(k1, k2, low.const_like(0), low), dim=-1)
 
 
-@register("random_wrap", keys=True)
+@register("random_wrap", carried=True)
 def _random_wrap(ctx, data, *, impl):
   return data  # the raw data is the representation of typed keys here
 
 
-@register("random_unwrap", "random_clone", keys=True)
+@register("random_unwrap", "random_clone", carried=True)
 def _random_unwrap(ctx, keys):
   return keys
-
-
-# Layout primitives on typed keys: their own rules run on the raw data, with the trailing key dimension added to
-# the params that name every dimension. (Those that name only some dimensions need no change.)
-for _name in ("squeeze", "rev", "concatenate", "split", "stack", "unstack", "copy", "dynamic_update_slice"):
-  key_layout(_name)(lambda out_avals, **params: params)
-
-
-@key_layout("slice")
-def _slice_keys(out_avals, *, start_indices, limit_indices, strides):
-  return dict(start_indices=(*start_indices, 0), limit_indices=(*limit_indices, 2),
-              strides=None if strides is None else (*strides, 1))
-
-
-@key_layout("reshape")
-def _reshape_keys(out_avals, *, new_sizes, dimensions, sharding):
-  return dict(new_sizes=(*new_sizes, 2), dimensions=None if dimensions is None else (*dimensions, len(dimensions)),
-              sharding=sharding)
-
-
-@key_layout("broadcast_in_dim")
-def _broadcast_keys(out_avals, *, shape, broadcast_dimensions, sharding):
-  return dict(shape=(*shape, 2), broadcast_dimensions=(*broadcast_dimensions, len(shape)), sharding=sharding)
-
-
-@key_layout("transpose")
-def _transpose_keys(out_avals, *, permutation):
-  return dict(permutation=(*permutation, len(permutation)))
-
-
-@key_layout("tile")
-def _tile_keys(out_avals, *, reps):
-  return dict(reps=(*reps, 1))
-
-
-@key_layout("dynamic_slice")
-def _dynamic_slice_keys(out_avals, *, slice_sizes):
-  return dict(slice_sizes=(*slice_sizes, 2))  # the trailing dimension has no start operand: taken whole
-
-
-@key_layout("gather")
-def _gather_keys(out_avals, *, dimension_numbers, slice_sizes, **params):
-  # the trailing dimension is one more window dimension, taken whole, last in the output
-  return dict(params, slice_sizes=(*slice_sizes, 2), dimension_numbers=dimension_numbers._replace(
-    offset_dims=(*dimension_numbers.offset_dims, out_avals[0].ndim)))

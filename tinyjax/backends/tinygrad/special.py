@@ -155,5 +155,5 @@ def _run_expansion(name, ctx, *operands, **params):
 
 for _name, (_, _loops) in JAX_FUNCTIONS.items():
   # random_gamma takes typed keys: its expansion splits them and draws bits with the key rules
-  register(_name, host_sync=_loops, keys=_name == "random_gamma", expansion=functools.partial(expansion, _name))(
+  register(_name, host_sync=_loops, carried=_name == "random_gamma", expansion=functools.partial(expansion, _name))(
     functools.partial(_run_expansion, _name))

@@ -11,8 +11,11 @@ RULES: dict[str, Callable] = {}
 # Rules that read values on the host (a data-dependent loop) or replay a TinyJit of their own: a program with one
 # is never captured by TinyJit. name -> whether the equation's params make it so.
 HOST_SYNC: dict[str, Callable[..., bool]] = {}
-KEY_RULES: set[str] = set()  # rules that take typed threefry keys (`key<fry>`), as their raw uint32 data
-KEY_LAYOUTS: dict[str, Callable] = {}  # layout rules that run on a key array's raw data: name -> params for it
+# Values the device carries with a trailing dimension of 2 (carried.py): typed threefry keys (`key<fry>`) as their
+# raw uint32 data, complex numbers as (real, imaginary) pairs of floats.
+CARRIED_AS_IS: set[str] = set()  # rules that take carried values as they are (control flow, the random rules)
+LAYOUTS: dict[str, Callable] = {}  # rules that run on carried data as on real data: name -> params for it
+COMPLEX_RULES: dict[str, Callable] = {}  # rules for complex operands (as pairs), used in place of RULES' rule
 # Rules that run a jaxpr of their own (an expansion of the primitive, traced for the equation's avals): name ->
 # expansion(in_avals, **params), the ClosedJaxpr, so that the backend claims the primitive only if that runs here.
 EXPANSIONS: dict[str, Callable] = {}
@@ -30,19 +33,19 @@ class RuleContext:
     return self.out_avals[0]
 
 
-def register(*names: str, host_sync: bool | Callable[..., bool] = False, keys: bool = False,
+def register(*names: str, host_sync: bool | Callable[..., bool] = False, carried: bool = False,
              expansion: Callable | None = None):
   """Decorator: `rule` implements the primitives `names` on tinygrad. `host_sync`: True, or a predicate of the
-  equation's params (`host_sync(**params)`); `keys`: the rule also takes typed threefry keys; `expansion`: the rule
-  runs the jaxpr `expansion(in_avals, **params)`."""
+  equation's params (`host_sync(**params)`); `carried`: the rule also takes carried values (typed keys, complex
+  numbers) as they are; `expansion`: the rule runs the jaxpr `expansion(in_avals, **params)`."""
   def decorate(rule):
     for name in names:
       assert name not in RULES, f"two tinygrad rules for {name}"
       RULES[name] = rule
       if host_sync:
         HOST_SYNC[name] = host_sync if callable(host_sync) else lambda **params: True
-      if keys:
-        KEY_RULES.add(name)
+      if carried:
+        CARRIED_AS_IS.add(name)
       if expansion:
         EXPANSIONS[name] = expansion
     return rule
@@ -57,17 +60,31 @@ def uses_host_sync(eqns) -> bool:
              or any(uses_host_sync(j.eqns) for j in jaxprs_in_params(eqn.params)) for eqn in eqns)
 
 
-def key_layout(name: str):
-  """Decorator: the layout primitive `name` (slice, reshape, ...) runs on typed keys through its own rule, applied
-  to the keys' raw data (trailing key dimension) with the params that `adjust(out_avals, **params)` returns."""
+def layout(*names: str):
+  """Decorator: the primitives `names` (slice, reshape, add, reduce_sum, ...) run on carried values through their own
+  rule, applied to the carried data (trailing dimension of 2) with the params that `adjust(in_avals, out_avals,
+  **params)` returns (the avals are the equation's)."""
   def decorate(adjust):
-    KEY_LAYOUTS[name] = adjust
+    for name in names:
+      LAYOUTS[name] = adjust
     return adjust
   return decorate
 
 
+def register_complex(*names: str):
+  """Decorator: `rule` implements the primitives `names` for complex operands, given as (real, imaginary) pairs
+  (float[..., 2]); ctx has the equation's complex avals. RULES' rule for the name serves real operands."""
+  def decorate(rule):
+    for name in names:
+      assert name not in COMPLEX_RULES, f"two complex rules for {name}"
+      COMPLEX_RULES[name] = rule
+    return rule
+  return decorate
+
+
 def tg_dtype(dtype):
-  """The tinygrad dtype of a NumPy/JAX dtype (KeyError for dtypes tinygrad lacks, e.g. complex or key<fry>)."""
+  """The tinygrad dtype of a NumPy/JAX dtype (KeyError for dtypes tinygrad lacks, e.g. complex or key<fry>: see
+  carried.py)."""
   import numpy as np
   from tinygrad.dtype import _from_np_dtype
   try:

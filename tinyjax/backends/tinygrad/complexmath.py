@@ -1,0 +1,352 @@
+"""Complex numbers on tinygrad: the primitives whose complex form is not their real rule applied to the pairs
+(carried.py runs those): products, quotients, functions, comparisons, casts, contractions, sorts.
+
+An operand is its pairs, float[..., 2] ((real, imaginary) last); the real arithmetic is elementwise.py's and
+floatmath's (XLA's roundings, no folding of x * 0), and the complex formulas are XLA's (its elemental IR emitter):
+the textbook product, Smith's quotient with C99's recovery of infinities (1 / 0j is inf + nan j), abs and log
+without overflow of a*a + b*b, and the square root from the real part's sign.
+"""
+import math
+
+import jax
+import numpy as np
+from tinygrad import Tensor, dtypes
+
+from tinyjax.backends.tinygrad import elementwise as ew
+from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad import xla_formulas as xf
+from tinyjax.backends.tinygrad.carried import is_complex, real_dtype
+from tinyjax.backends.tinygrad.table import RULES, RuleContext, register_complex, tg_dtype
+
+
+def parts(z):
+  return z[..., 0], z[..., 1]
+
+
+def paired(re, im):
+  re, im = Tensor.broadcast_tensors(re, im) if re.shape != im.shape else (re, im)
+  return re.unsqueeze(-1).cat(im.unsqueeze(-1), dim=-1)
+
+
+def _real_aval(aval):
+  return jax.core.ShapedArray(aval.shape, real_dtype(aval.dtype)) if is_complex(aval.dtype) else aval
+
+
+def _real_ctx(ctx, in_avals=None, out_avals=None) -> RuleContext:
+  """ctx with each complex aval as its parts' aval (or the avals given)."""
+  return RuleContext(tuple(map(_real_aval, ctx.in_avals if in_avals is None else in_avals)),
+                     tuple(map(_real_aval, ctx.out_avals if out_avals is None else out_avals)), ctx.device,
+                     ctx.backend)
+
+
+add, sub, mul, div = ew.add, ew.sub, ew.mul, fm.div
+exp, log, log1p, expm1 = fm.exp, fm.log, fm.log1p, fm.expm1
+sin, cos, sinh, cosh = fm.sin, fm.cos, xf.sinh, xf.cosh
+sqrt = ew.FLOAT_FUNCTIONS["sqrt"]
+minus = fb.minus
+
+
+def _isinf(x):
+  return fb.fabs(x).eq(math.inf)
+
+
+def _copysign(magnitude, sign):
+  return fb.with_sign(fb.fabs(magnitude), sign)
+
+
+def times(z, w):
+  (a, b), (c, d) = parts(z), parts(w)
+  return paired(sub(mul(a, c), mul(b, d)), add(mul(a, d), mul(b, c)))
+
+
+def quotient(z, w):
+  """Smith's algorithm, then C99 Annex G's recovery where it gives NaN + NaN j (as XLA)."""
+  (a, b), (c, d) = parts(z), parts(w)
+  c_larger = fb.fabs(c) >= fb.fabs(d)
+  # |c| >= |d|: r = d / c, t = c + d r: ((a + b r) / t, (b - a r) / t); else r = c / d, t = d + c r:
+  # ((a r + b) / t, (b r - a) / t)
+  r = c_larger.where(div(d, c), div(c, d))
+  t = c_larger.where(add(c, mul(d, r)), add(d, mul(c, r)))
+  re = c_larger.where(div(add(a, mul(b, r)), t), div(add(mul(a, r), b), t))
+  im = c_larger.where(div(sub(b, mul(a, r)), t), div(sub(mul(b, r), a), t))
+  nan = fb.isnan(re) & fb.isnan(im)
+  # a nonzero (or infinite) over zero: infinity with the numerator's directions
+  zero_divisor = nan & c.eq(0) & d.eq(0) & ~(fb.isnan(a) & fb.isnan(b))
+  infinity = _copysign(Tensor.full_like(c, math.inf), c)
+  re, im = zero_divisor.where(mul(infinity, a), re), zero_divisor.where(mul(infinity, b), im)
+  finite_cd = ~_isinf(c) & ~fb.isnan(c) & ~_isinf(d) & ~fb.isnan(d)
+  finite_ab = ~_isinf(a) & ~fb.isnan(a) & ~_isinf(b) & ~fb.isnan(b)
+  # an infinite numerator over a finite divisor: infinity
+  big = nan & (_isinf(a) | _isinf(b)) & finite_cd
+  a1, b1 = _copysign(_isinf(a).cast(a.dtype), a), _copysign(_isinf(b).cast(b.dtype), b)
+  inf = Tensor.full_like(a, math.inf)
+  re = big.where(mul(inf, add(mul(a1, c), mul(b1, d))), re)
+  im = big.where(mul(inf, sub(mul(b1, c), mul(a1, d))), im)
+  # a finite numerator over an infinite divisor: zero
+  small = nan & (_isinf(c) | _isinf(d)) & finite_ab
+  c1, d1 = _copysign(_isinf(c).cast(c.dtype), c), _copysign(_isinf(d).cast(d.dtype), d)
+  zero = Tensor.zeros_like(a)
+  re = small.where(mul(zero, add(mul(a, c1), mul(b, d1))), re)
+  im = small.where(mul(zero, sub(mul(b, c1), mul(a, d1))), im)
+  return paired(re, im)
+
+
+def magnitude(z):
+  """|z| as max * sqrt(1 + (min / max)**2): no overflow or underflow of a*a + b*b."""
+  a, b = fb.fabs(z[..., 0]), fb.fabs(z[..., 1])
+  nan = fb.isnan(a) | fb.isnan(b)
+  large, small = (a > b).where(a, b), (a > b).where(b, a)
+  ratio = div(small, large)
+  result = mul(large, sqrt(mul(ratio, ratio) + 1.0))
+  result = small.eq(large).where(large * math.sqrt(2.0), result)  # NB: also two infinities
+  result = large.eq(0).where(0.0, result)
+  return (_isinf(a) | _isinf(b)).where(math.inf, nan.where(math.nan, result))
+
+
+def _exp(z):
+  a, b = parts(z)
+  scale = exp(a)
+  return paired(mul(scale, cos(b)), b.eq(0).where(b, mul(scale, sin(b))))
+
+
+def _log(z):
+  a, b = parts(z)
+  large = (fb.fabs(a) > fb.fabs(b)).where(fb.fabs(a), fb.fabs(b))
+  small = (fb.fabs(a) > fb.fabs(b)).where(fb.fabs(b), fb.fabs(a))
+  ratio = div(small, large)
+  re = add(log(large), (log1p(mul(ratio, ratio))) * 0.5)
+  re = large.eq(0).where(-math.inf, re)
+  re = (_isinf(a) | _isinf(b)).where(math.inf, re)
+  return paired(re, fm.atan2(b, a))
+
+
+def _sqrt(z):
+  a, b = parts(z)
+  t = sqrt(add(fb.fabs(a), magnitude(z)) * 0.5)
+  twice = add(t, t)
+  re = (a >= 0).where(t, div(fb.fabs(b), twice))
+  im = (a >= 0).where(div(b, twice), _copysign(t, b))
+  zero = a.eq(0) & b.eq(0)
+  re, im = zero.where(0.0, re), zero.where(b, im)
+  return paired(_isinf(b).where(math.inf, re), _isinf(b).where(b, im))
+
+
+def _integer_pow(z, y: int):
+  """z ** y by repeated squaring, in JAX's order (as the real rule)."""
+  result, base, n = None, z, abs(y)
+  while n:
+    if n & 1:
+      result = base if result is None else times(result, base)
+    n >>= 1
+    if n:
+      base = times(base, base)
+  one = paired(Tensor.ones_like(z[..., 0]), Tensor.zeros_like(z[..., 0]))
+  if result is None:
+    return one
+  return quotient(one, result) if y < 0 else result
+
+
+def _power(z, w):
+  """z ** w = |z|**c e**(-d t) (cos q + i sin q), t = arg z, q = c t + d log|z| (XLA's); 0 ** w: 1 for w = 0, 0 for
+  a positive real w, NaN otherwise."""
+  (a, b), (c, d) = parts(z), parts(w)
+  t = fm.atan2(b, a)
+  log_abs = log(magnitude(z))
+  scale = exp(sub(mul(c, log_abs), mul(d, t)))
+  q = add(mul(c, t), mul(d, log_abs))
+  re, im = mul(scale, cos(q)), mul(scale, sin(q))
+  zero_base = a.eq(0) & b.eq(0)
+  re = zero_base.where((c.eq(0) & d.eq(0)).where(1.0, ((c > 0) & d.eq(0)).where(0.0, math.nan)), re)
+  im = zero_base.where((c.eq(0) & d.eq(0)).where(0.0, ((c > 0) & d.eq(0)).where(0.0, math.nan)), im)
+  return paired(re, im)
+
+
+def _sin(z):
+  a, b = parts(z)
+  return paired(mul(sin(a), cosh(b)), mul(cos(a), sinh(b)))
+
+
+def _cos(z):
+  a, b = parts(z)
+  return paired(mul(cos(a), cosh(b)), minus(mul(sin(a), sinh(b))))
+
+
+def _tanh(z):
+  """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b); where cosh 2a overflows, sign(a) + i 0 sin 2b."""
+  a, b = parts(z)
+  denominator = add(cosh(add(a, a)), cos(add(b, b)))
+  re, im = div(sinh(add(a, a)), denominator), div(sin(add(b, b)), denominator)
+  limit = 40.0 if a.dtype == dtypes.float32 else 350.0
+  huge = fb.fabs(a) > limit
+  return paired(huge.where(_copysign(Tensor.ones_like(a), a), re), huge.where(mul(sin(add(b, b)), Tensor.zeros_like(b)), im))
+
+
+def _tan(z):
+  """tan z = -i tanh(i z)."""
+  a, b = parts(z)
+  re, im = parts(_tanh(paired(minus(b), a)))
+  return paired(im, minus(re))
+
+
+def _expm1(z):
+  """Real part expm1(a) cos b - 2 sin(b/2)**2, which keeps its accuracy near zero."""
+  a, b = parts(z)
+  half = sin((b) * 0.5)
+  re = sub(mul(expm1(a), cos(b)), (mul(half, half)) * 2.0)
+  return paired(re, b.eq(0).where(b, mul(exp(a), sin(b))))
+
+
+def _log1p(z):
+  """log|1 + z| as log1p(2a + a*a + b*b) / 2 (accurate near zero), then as log(1 + z) where that overflows."""
+  a, b = parts(z)
+  near = log1p(add(add(a, a), add(mul(a, a), mul(b, b)))) * 0.5
+  far = _log(paired(a + 1.0, b))
+  small = (fb.fabs(a) < 0.5) & (fb.fabs(b) < 0.5)
+  return paired(small.where(near, far[..., 0]), fm.atan2(b, a + 1.0))
+
+
+UNARY = {"exp": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": lambda z: quotient(_one_like(z), _sqrt(z)),
+         "sin": _sin, "cos": _cos, "tan": _tan, "tanh": _tanh, "expm1": _expm1, "log1p": _log1p,
+         "square": lambda z: times(z, z)}
+
+
+def _one_like(z):
+  return paired(Tensor.ones_like(z[..., 0]), Tensor.zeros_like(z[..., 0]))
+
+
+for _name, _fn in UNARY.items():
+  register_complex(_name)(lambda ctx, z, *, accuracy=None, _fn=_fn: _fn(z))
+
+
+register_complex("mul")(lambda ctx, z, w, *, out_dtype=None: times(z, w))
+register_complex("div")(lambda ctx, z, w: quotient(z, w))
+register_complex("pow")(lambda ctx, z, w: _power(z, w))
+register_complex("integer_pow")(lambda ctx, z, *, y: _integer_pow(z, y))
+
+
+@register_complex("abs")
+def _abs(ctx, z):
+  return magnitude(z)
+
+
+@register_complex("sign")
+def _sign(ctx, z):
+  size = magnitude(z)
+  zero = size.eq(0).unsqueeze(-1)
+  return zero.where(z, paired(div(z[..., 0], size), div(z[..., 1], size)))
+
+
+@register_complex("real")
+def _real(ctx, z):
+  return z[..., 0]
+
+
+@register_complex("imag")
+def _imag(ctx, z):
+  return z[..., 1]
+
+
+@register_complex("conj")
+def _conj(ctx, z, *, input_dtype=None):
+  if not is_complex(ctx.in_avals[0].dtype):  # NB: lax.conj of a real operand is that operand made complex
+    return paired(z.cast(tg_dtype(real_dtype(ctx.out_aval.dtype))), Tensor.zeros_like(z))
+  return paired(z[..., 0], minus(z[..., 1]))
+
+
+@register_complex("complex")
+def _complex(ctx, re, im):
+  return paired(re, im)
+
+
+@register_complex("eq")
+def _equal(ctx, z, w):
+  real_ctx = _real_ctx(ctx)
+  return RULES["eq"](real_ctx, z[..., 0], w[..., 0]) & RULES["eq"](real_ctx, z[..., 1], w[..., 1])
+
+
+@register_complex("ne")
+def _not_equal(ctx, z, w):
+  return ~_equal(ctx, z, w)
+
+
+@register_complex("select_n")
+def _select_n(ctx, which, *cases):
+  return RULES["select_n"](ctx, which.unsqueeze(-1), *cases)
+
+
+@register_complex("convert_element_type")
+def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
+  (in_aval,), out_aval = ctx.in_avals, ctx.out_aval
+  convert = RULES["convert_element_type"]
+  target = real_dtype(new_dtype) if is_complex(new_dtype) else new_dtype
+  part_ctx = RuleContext((_real_aval(in_aval),), (jax.core.ShapedArray(out_aval.shape, target),), ctx.device,
+                         ctx.backend)
+  def part(p):
+    return convert(part_ctx, p, new_dtype=target, weak_type=weak_type, sharding=sharding)
+  if not is_complex(in_aval.dtype):
+    re = part(x)
+    return paired(re, Tensor.zeros_like(re))
+  if not is_complex(new_dtype):  # NB: as XLA, a complex value converted to a real dtype is its real part
+    return part(x[..., 0])
+  return paired(part(x[..., 0]), part(x[..., 1]))
+
+
+@register_complex("dot_general")
+def _dot_general(ctx, lhs, rhs, **params):
+  real_ctx = _real_ctx(ctx)
+  params = dict(params, preferred_element_type=None if params.get("preferred_element_type") is None
+                else real_dtype(params["preferred_element_type"]))
+  (a, b), (c, d) = parts(lhs), parts(rhs)
+  def dot(x, y):
+    return RULES["dot_general"](real_ctx, x, y, **params)
+  return paired(sub(dot(a, c), dot(b, d)), add(dot(a, d), dot(b, c)))
+
+
+@register_complex("conv_general_dilated")
+def _conv_general_dilated(ctx, lhs, rhs, **params):
+  real_ctx = _real_ctx(ctx)
+  params = dict(params, preferred_element_type=None if params.get("preferred_element_type") is None
+                else real_dtype(params["preferred_element_type"]))
+  (a, b), (c, d) = parts(lhs), parts(rhs)
+  def conv(x, y):
+    return RULES["conv_general_dilated"](real_ctx, x, y, **params)
+  return paired(sub(conv(a, c), conv(b, d)), add(conv(a, d), conv(b, c)))
+
+
+@register_complex("pad")
+def _pad(ctx, x, padding_value, *, padding_config):
+  real_ctx = _real_ctx(ctx)
+  return paired(*(RULES["pad"](real_ctx, x[..., i], padding_value[..., i], padding_config=padding_config)
+                  for i in range(2)))
+
+
+@register_complex("reduce_prod")
+def _reduce_prod(ctx, z, *, axes, out_sharding=None):
+  """The product over `axes` as a tree of pairwise products."""
+  kept = [d for d in range(z.ndim - 1) if d not in axes]
+  z = z.permute((*kept, *axes, z.ndim - 1))
+  n = int(np.prod([z.shape[len(kept) + i] for i in range(len(axes))], dtype=np.int64))
+  z = z.reshape((*z.shape[:len(kept)], n, 2))
+  if n == 0:
+    return _one_like(z[..., 0, :])
+  while z.shape[-2] > 1:
+    if z.shape[-2] % 2:
+      z = z.cat(_one_like(z[..., :1, 0]), dim=-2)
+    half = z.shape[-2] // 2
+    z = times(z[..., :half, :], z[..., half:, :])
+  return z[..., 0, :]
+
+
+@register_complex("sort")
+def _sort(ctx, *operands, dimension, is_stable, num_keys):
+  """Complex keys in JAX's order: by real part, then imaginary part; each complex operand sorted as its two parts."""
+  split, avals, keys = [], [], 0
+  for i, (x, aval) in enumerate(zip(operands, ctx.in_avals)):
+    pieces = [x[..., 0], x[..., 1]] if is_complex(aval.dtype) else [x]
+    split += pieces
+    avals += [_real_aval(aval)] * len(pieces)
+    keys += len(pieces) if i < num_keys else 0
+  real_ctx = RuleContext(tuple(avals), tuple(avals), ctx.device, ctx.backend)
+  out = iter(RULES["sort"](real_ctx, *split, dimension=dimension, is_stable=is_stable, num_keys=keys))
+  return [paired(next(out), next(out)) if is_complex(aval.dtype) else next(out) for aval in ctx.in_avals]
