@@ -146,7 +146,8 @@ def _outputs(entry, leaves, inputs, computed) -> list:
       outs.append(Array(next(computed)))
     elif kind == _INPUT:
       v = inputs[payload]
-      outs.append(forwarded.get(id(v)) or Array(v))
+      out = forwarded.get(id(v))
+      outs.append(Array(v) if out is None else out)
     elif kind == _LITERAL:
       outs.append(Array(Value(aval, host=np.asarray(payload, aval.dtype))))
     else:

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
-from jax.extend.core import ClosedJaxpr
+from jax.extend.core import ClosedJaxpr, Literal
 
 from tinyjax import config
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
@@ -199,6 +199,8 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials))
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
+      global _trace_generation
+      _trace_generation += 1  # NB: remembered calls of the trace dropped no longer hold
       _traces.pop(next(iter(_traces)))
     _traces[key] = traced
   return traced, dynamic, avals
@@ -287,14 +289,139 @@ def scalars_static(signature) -> bool:
   return signature in _static_scalar_calls
 
 
+def trace_generation() -> int:
+  """How many traces the trace cache dropped so far: what was remembered of a trace holds while this is unchanged."""
+  return _trace_generation
+
+
 def cached_trace(key) -> Traced | None:
   """The trace cached under `key` (trace_key's), if it still is."""
   return _traces.get(key)
 
 
+# --- the calls remembered: a call of the same function on the same kinds of inputs appends the same trace
+
+_MISS = object()
+_FLOAT, _COMPLEX, _INT = object(), object(), object()  # a top-level Python scalar, in a call's key
+_SIMPLE = (str, bool, type(None))
+_calls: dict = {}
+_CALLS_KEPT = 4096
+_trace_generation = 0  # counts the traces the trace cache dropped: a remembered call keeps its trace's number
+
+
+class _Remembered:
+  """What a call's general way decided: its trace, where its dynamic inputs are among the arguments (an argument's
+  index, or a keyword) with their avals, and, for its Python ints, the integer ranges they must fit to stay traced."""
+  __slots__ = ("traced", "generation", "signature", "scalars_dynamic", "sources", "avals", "ints", "int_ranges",
+               "forwards", "single")
+
+  def __init__(self, traced, signature, scalars_dynamic, sources, avals, ints, int_ranges):
+    self.traced, self.generation = traced, _trace_generation
+    self.signature, self.scalars_dynamic = signature, scalars_dynamic
+    self.sources, self.avals, self.ints, self.int_ranges = sources, avals, ints, int_ranges
+    jaxpr = traced.jaxpr.jaxpr
+    self.forwards = any(v in jaxpr.invars for v in jaxpr.outvars if not isinstance(v, Literal))
+    self.single = traced.out_tree.num_leaves == 1 and traced.out_tree.num_nodes == 1
+
+
+def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
+  """A call's key among the remembered ones (None: it goes the general way): the function, and each argument's aval
+  (an Array's), kind (a Python scalar traced) or value (a string, a bool, None, a keyword's scalar)."""
+  key = [fn, static_scalars]
+  for a in args:
+    kind = type(a)
+    if kind is Array:
+      key.append(a._value.aval)
+    elif kind is float and not static_scalars:
+      key.append(_FLOAT)
+    elif kind is int and not static_scalars:
+      key.append(_INT)
+    elif kind is complex and not static_scalars:
+      key.append(_COMPLEX)
+    elif kind in _SIMPLE or kind in _SCALAR_TYPES:
+      key.append(static_key(a))
+    else:
+      return None
+  for name, a in kwargs.items():
+    kind = type(a)
+    if kind is Array:
+      key.append((name, a._value.aval))
+    elif kind in _SIMPLE or kind in _SCALAR_TYPES:
+      key.append((name, static_key(a)))
+    else:
+      return None
+  return tuple(key)
+
+
+def _recall(entry: _Remembered, args: tuple, kwargs: dict):
+  """The call appended as the general way appends it, or _MISS when its decisions may no longer hold."""
+  if (entry.generation != _trace_generation or entry.scalars_dynamic and entry.signature in _static_scalar_calls
+          or inside_transformation()):
+    return _MISS
+  for i in entry.ints:
+    if not _fits(args[i], entry.int_ranges):
+      return _MISS
+  inputs, arrays = [], []
+  for source, aval in zip(entry.sources, entry.avals):
+    leaf = kwargs[source] if type(source) is str else args[source]
+    if type(leaf) is Array:
+      value = leaf._value
+      if type(value) is DeletedValue:
+        value.to_host()  # raises JAX's error at the call
+      inputs.append(value)
+      arrays.append(leaf)
+    else:
+      inputs.append(_scalar_value(leaf, aval))
+  return _appended(entry.traced, inputs, arrays if entry.forwards else (), entry.single)
+
+
+def _appended(traced, inputs, arrays, single: bool):
+  """The call's outputs: its traced equations appended to the pending queue, the fallback policy applied."""
+  source = user_source()
+  if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
+    check_fallback(current_backend(), traced.program.eqns, source)
+  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
+  forwarded = {id(a._value): a for a in arrays}
+  outs = []
+  for v in pending.append(traced, inputs, source):
+    out = forwarded.get(id(v)) if forwarded else None
+    if out is None:
+      out = Array(v)
+    if out._value.node is not None:
+      pending.track(out)
+    outs.append(out)
+  return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def _remember(key, fn, args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic) -> None:
+  """Remember a call the general way traced and appended, when its dynamic inputs are its arguments themselves."""
+  sources = []
+  named = sorted(kwargs)  # NB: a dict's leaves come in the order of its sorted keys
+  flat = [*((i, a) for i, a in enumerate(args) if a is not None), *((k, kwargs[k]) for k in named if kwargs[k] is not None)]
+  if len(flat) != len(leaves):
+    return
+  for i in dynamic:
+    source, a = flat[i]
+    leaf = leaves[i]
+    if not (leaf is a or isinstance(leaf, Scalar) and leaf.value is a):
+      return
+    sources.append(source)
+  if any(type(a) in _SCALAR_TYPES and i not in sources for i, a in enumerate(args)):
+    return  # a Python scalar kept static (an int too large to trace): its key would not say which value
+  ints = tuple(s for s in sources if type(s) is int and type(args[s]) is int)
+  int_ranges = _integer_ranges(args, kwargs) if ints else ()
+  if len(_calls) >= _CALLS_KEPT:
+    _calls.pop(next(iter(_calls)))
+  _calls[key] = _Remembered(traced, signature, scalars_dynamic, tuple(sources), tuple(avals), ints, int_ranges)
+
+
 def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
   """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
   kwargs = kwargs or {}
+  key = _call_key(fn, args, kwargs, static_scalars)
+  if key is not None and (entry := _calls.get(key)) is not None and (out := _recall(entry, args, kwargs)) is not _MISS:
+    return out
+  original_args = args
   if isinstance(device := kwargs.get("device"), Device):  # a tinyjax device: JAX computes, tinyjax places
     return placed(call(fn, args, {**kwargs, "device": None}, static_scalars), device)
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
@@ -318,17 +445,11 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
       _static_scalar_calls.add(signature)
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
     return _eager(fn, treedef, leaves)
-  source = user_source()
-  if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
-    check_fallback(current_backend(), traced.program.eqns, source)
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
-  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
-  forwarded = {id(leaves[i]._value): leaves[i] for i in dynamic if is_array(leaves[i])}
-  outs = [forwarded[id(v)] if id(v) in forwarded else Array(v) for v in pending.append(traced, inputs, source)]
-  for out in outs:
-    if out._value.pending:
-      pending.track(out)
-  return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+  out = _appended(traced, inputs, [leaves[i] for i in dynamic if is_array(leaves[i])], single=False)
+  if key is not None and (signature is None or scalars_dynamic):
+    _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
+  return out
 
 
 def placed(tree, device: Device):
