@@ -5,6 +5,11 @@ An operand is its pairs, float[..., 2] ((real, imaginary) last); the real arithm
 floatmath's (XLA's roundings, no folding of x * 0), and the complex formulas are XLA's (its elemental IR emitter):
 the textbook product, Smith's quotient with C99's recovery of infinities (1 / 0j is inf + nan j), abs and log
 without overflow of a*a + b*b, and the square root from the real part's sign.
+
+NB: the edge values of abs, sqrt, exp, log, log1p, sign and division are XLA's (tests/backends/test_complex.py checks
+them on every pair of zeros of both signs, infinities and NaN); those of sin, cos, tan, tanh, expm1 and square are
+the formulas' own, and differ from XLA's in the sign of a zero part or where a part is infinite or NaN. Products may
+also differ in the last bits where a device's compiler contracts a*b - c*d into a fused multiply-add.
 """
 import math
 
@@ -25,7 +30,9 @@ def parts(z):
 
 
 def paired(re, im):
-  re, im = Tensor.broadcast_tensors(re, im) if re.shape != im.shape else (re, im)
+  if re.shape != im.shape:
+    shape = np.broadcast_shapes(re.shape, im.shape)
+    re, im = re.expand(shape), im.expand(shape)
   return re.unsqueeze(-1).cat(im.unsqueeze(-1), dim=-1)
 
 
@@ -45,6 +52,11 @@ exp, log, log1p, expm1 = fm.exp, fm.log, fm.log1p, fm.expm1
 sin, cos, sinh, cosh = fm.sin, fm.cos, xf.sinh, xf.cosh
 sqrt = ew.FLOAT_FUNCTIONS["sqrt"]
 minus = fb.minus
+
+
+def _zero(x):
+  """NB: NaN told by its bits: WGSL's compilers may take NaN == 0 as True."""
+  return x.eq(0) & ~fb.isnan(x)
 
 
 def _isinf(x):
@@ -72,7 +84,7 @@ def quotient(z, w):
   im = c_larger.where(div(sub(b, mul(a, r)), t), div(sub(mul(b, r), a), t))
   nan = fb.isnan(re) & fb.isnan(im)
   # a nonzero (or infinite) over zero: infinity with the numerator's directions
-  zero_divisor = nan & c.eq(0) & d.eq(0) & ~(fb.isnan(a) & fb.isnan(b))
+  zero_divisor = nan & _zero(c) & _zero(d) & ~(fb.isnan(a) & fb.isnan(b))
   infinity = _copysign(Tensor.full_like(c, math.inf), c)
   re, im = zero_divisor.where(mul(infinity, a), re), zero_divisor.where(mul(infinity, b), im)
   finite_cd = ~_isinf(c) & ~fb.isnan(c) & ~_isinf(d) & ~fb.isnan(d)
@@ -100,14 +112,14 @@ def magnitude(z):
   ratio = div(small, large)
   result = mul(large, sqrt(mul(ratio, ratio) + 1.0))
   result = small.eq(large).where(large * math.sqrt(2.0), result)  # NB: also two infinities
-  result = large.eq(0).where(0.0, result)
-  return (_isinf(a) | _isinf(b)).where(math.inf, nan.where(math.nan, result))
+  result = _zero(large).where(0.0, result)
+  return nan.where(math.nan, (_isinf(a) | _isinf(b)).where(math.inf, result))  # NB: XLA's: NaN wins over inf
 
 
 def _exp(z):
   a, b = parts(z)
   scale = exp(a)
-  return paired(mul(scale, cos(b)), b.eq(0).where(b, mul(scale, sin(b))))
+  return paired(mul(scale, cos(b)), _zero(b).where(0.0, mul(scale, sin(b))))  # NB: XLA's: +0.0 for either zero
 
 
 def _log(z):
@@ -116,20 +128,24 @@ def _log(z):
   small = (fb.fabs(a) > fb.fabs(b)).where(fb.fabs(b), fb.fabs(a))
   ratio = div(small, large)
   re = add(log(large), (log1p(mul(ratio, ratio))) * 0.5)
-  re = large.eq(0).where(-math.inf, re)
-  re = (_isinf(a) | _isinf(b)).where(math.inf, re)
+  re = _zero(large).where(-math.inf, re)
+  re = (fb.isnan(a) | fb.isnan(b)).where(math.nan, (_isinf(a) | _isinf(b)).where(math.inf, re))
   return paired(re, fm.atan2(b, a))
 
 
 def _sqrt(z):
+  """NB: XLA's: a zero imaginary part counts as +0.0 (sqrt(-1 - 0j) is +1j), and NaN in either part gives NaN + NaN j."""
   a, b = parts(z)
+  b = fb.positive_zero(b)
   t = sqrt(add(fb.fabs(a), magnitude(z)) * 0.5)
   twice = add(t, t)
   re = (a >= 0).where(t, div(fb.fabs(b), twice))
   im = (a >= 0).where(div(b, twice), _copysign(t, b))
-  zero = a.eq(0) & b.eq(0)
+  zero = _zero(a) & _zero(b)
   re, im = zero.where(0.0, re), zero.where(b, im)
-  return paired(_isinf(b).where(math.inf, re), _isinf(b).where(b, im))
+  re, im = _isinf(b).where(math.inf, re), _isinf(b).where(b, im)
+  nan = fb.isnan(a) | fb.isnan(b)
+  return paired(nan.where(math.nan, re), nan.where(math.nan, im))
 
 
 def _integer_pow(z, y: int):
@@ -148,7 +164,7 @@ def _integer_pow(z, y: int):
 
 
 def _power(z, w):
-  """z ** w = |z|**c e**(-d t) (cos q + i sin q), t = arg z, q = c t + d log|z| (XLA's); 0 ** w: 1 for w = 0, 0 for
+  """z ** w = |z|**c e**(-d t) (cos q + i sin q), t = arg z, q = c t + d log|z| (XLA's); z ** 0 is 1; 0 ** w: 0 for
   a positive real w, NaN otherwise."""
   (a, b), (c, d) = parts(z), parts(w)
   t = fm.atan2(b, a)
@@ -156,10 +172,10 @@ def _power(z, w):
   scale = exp(sub(mul(c, log_abs), mul(d, t)))
   q = add(mul(c, t), mul(d, log_abs))
   re, im = mul(scale, cos(q)), mul(scale, sin(q))
-  zero_base = a.eq(0) & b.eq(0)
-  re = zero_base.where((c.eq(0) & d.eq(0)).where(1.0, ((c > 0) & d.eq(0)).where(0.0, math.nan)), re)
-  im = zero_base.where((c.eq(0) & d.eq(0)).where(0.0, ((c > 0) & d.eq(0)).where(0.0, math.nan)), im)
-  return paired(re, im)
+  zero_base, zero_exponent = _zero(a) & _zero(b), _zero(c) & _zero(d)
+  re = zero_base.where(((c > 0) & _zero(d)).where(0.0, math.nan), re)
+  im = zero_base.where(((c > 0) & _zero(d)).where(0.0, math.nan), im)
+  return paired(zero_exponent.where(1.0, re), zero_exponent.where(0.0, im))  # NB: z ** 0 is 1 + 0j, as XLA
 
 
 def _sin(z):
@@ -194,7 +210,7 @@ def _expm1(z):
   a, b = parts(z)
   half = sin((b) * 0.5)
   re = sub(mul(expm1(a), cos(b)), (mul(half, half)) * 2.0)
-  return paired(re, b.eq(0).where(b, mul(exp(a), sin(b))))
+  return paired(re, _zero(b).where(b, mul(exp(a), sin(b))))
 
 
 def _log1p(z):
@@ -233,7 +249,7 @@ def _abs(ctx, z):
 @register_complex("sign")
 def _sign(ctx, z):
   size = magnitude(z)
-  zero = size.eq(0).unsqueeze(-1)
+  zero = _zero(size).unsqueeze(-1)
   return zero.where(z, paired(div(z[..., 0], size), div(z[..., 1], size)))
 
 
@@ -332,7 +348,7 @@ def _reduce_prod(ctx, z, *, axes, out_sharding=None):
     return _one_like(z[..., 0, :])
   while z.shape[-2] > 1:
     if z.shape[-2] % 2:
-      z = z.cat(_one_like(z[..., :1, 0]), dim=-2)
+      z = z.cat(_one_like(z[..., :1, :]), dim=-2)
     half = z.shape[-2] // 2
     z = times(z[..., :half, :], z[..., half:, :])
   return z[..., 0, :]
