@@ -59,3 +59,38 @@ def test_transformer_block_gradient_runs_natively():
   with native():
     actual = tinyjax.jit(grad)(params, tnp.asarray(x))
   _compare(actual, expected, rtol=1e-3, atol=1e-5)
+
+
+def test_pca_by_eigh_runs_natively():
+  """PCA: the covariance's eigendecomposition, the data projected on the two leading components. Components are
+  unique up to sign, so the sign-free results are compared: the explained variances and the rank-2 reconstruction."""
+  rng = np.random.default_rng(0)
+  data = (rng.standard_normal((64, 6)) @ rng.standard_normal((6, 6)) * [3, 2, 1, 0.5, 0.2, 0.1]).astype(np.float32)
+
+  def pca(np_, x):
+    centered = x - x.mean(0)
+    variances, components = np_.linalg.eigh(centered.T @ centered / (x.shape[0] - 1))
+    leading = components[:, ::-1][:, :2]
+    return variances[::-1], (centered @ leading) @ leading.T + x.mean(0)
+  expected = pca(jnp, jnp.asarray(data))
+  with native():
+    actual = pca(tnp, tnp.asarray(data))
+    tinyjax.flush()
+  _compare(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_low_rank_fit_by_svd_runs_natively():
+  """A rank-3 fit of a noisy low-rank matrix by truncated svd, and its least-squares weights through pinv."""
+  rng = np.random.default_rng(1)
+  low = rng.standard_normal((20, 3)) @ rng.standard_normal((3, 12))
+  noisy = (low + 0.01 * rng.standard_normal(low.shape)).astype(np.float32)
+  target = rng.standard_normal((20,)).astype(np.float32)
+
+  def fit(np_, m, y):
+    u, s, vt = np_.linalg.svd(m, full_matrices=False)
+    return s, (u[:, :3] * s[:3]) @ vt[:3], np_.linalg.pinv(m) @ y
+  expected = fit(jnp, jnp.asarray(noisy), jnp.asarray(target))
+  with native():
+    actual = fit(tnp, tnp.asarray(noisy), tnp.asarray(target))
+    tinyjax.flush()
+  _compare(actual, expected, rtol=1e-3, atol=1e-4)
