@@ -82,7 +82,9 @@ def test_casts_to_and_from_complex(dtype):
 
 @pytest.mark.filterwarnings("ignore:Casting from complex to real:DeprecationWarning")
 def test_complex_to_real_takes_the_real_part():
-  check(lambda np_, z: np_.asarray(z).astype(np.float32), FINITE)
+  edges = np.array([0j, complex(0, -0.0), 1j, 2.5, NAN, complex(0, NAN), -3 + 4j], np.complex64)
+  check(lambda np_, z: (np_.asarray(z).astype(np.float32), np_.asarray(z).astype(np.int32),
+                        np_.asarray(z).astype(bool)), edges)
 
 
 @pytest.mark.float64
