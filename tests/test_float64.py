@@ -69,6 +69,16 @@ def test_downcast_computes_in_float32_and_returns_float64(no_float64):
   assert ran_on(lambda a: tnp.exp(a) * 2.0, F64_EDGES) == {"tinygrad"}
 
 
+def test_downcast_computes_complex128_in_complex64(no_float64):
+  tinyjax.config.update("f64", "downcast")
+  tinyjax.config.update("fallback", "error")
+  z = (F64_EDGES[:5] + 1j * F64_EDGES[4:]).astype(np.complex128)
+  result = tnp.exp(tnp.asarray(z)) * (2 - 1j)
+  expected = jnp.exp(jnp.asarray(z.astype(np.complex64))) * np.complex64(2 - 1j)
+  assert result.dtype == np.complex128 and np.asarray(result).dtype == np.complex128
+  np.testing.assert_allclose(np.asarray(result), np.asarray(expected).astype(np.complex128), rtol=1e-6)
+
+
 def test_downcast_runs_control_flow_natively(no_float64):
   tinyjax.config.update("f64", "downcast")
   x = np.linspace(-1.0, 1.0, 5)

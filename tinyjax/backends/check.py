@@ -102,8 +102,8 @@ class Checking(Backend):
     return wrap_compiled(compiled, run)
 
   def _rtol(self, dtype) -> float:
-    if dtype == float64.F64 and float64.downcasting(self.inner):
-      dtype = float64.F32  # NB: TINYJAX_F64=downcast computes float64 in float32: judged as float32
+    if np.dtype(dtype) in float64.NARROWER and float64.downcasting(self.inner):
+      dtype = float64.NARROWER[np.dtype(dtype)]  # NB: TINYJAX_F64=downcast computes float64 in float32: judged so
     return RTOL.get(np.dtype(dtype), 1e-6)
 
   def _blame(self, program: Program, hosts: list) -> CheckError | None:

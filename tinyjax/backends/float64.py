@@ -24,6 +24,7 @@ from tinyjax.ir.backend import wrap_compiled
 from tinyjax.ir.program import Const, Eqn, Program, interpret, program_of, read_outputs
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+NARROWER = {F64: F32, np.dtype(np.complex128): np.dtype(np.complex64)}  # what downcast computes each wide dtype in
 # Primitives whose result depends on the bit layout of float64 (jax.random's float64 samples are built this way):
 # under downcast they keep float64, so XLA runs them, with conversions from and to float32 around them.
 BIT_LAYOUT = frozenset({"bitcast_convert_type"})
@@ -43,7 +44,7 @@ def uses_float64(eqn) -> bool:
   """Whether an equation (of a Program or of a jaxpr) computes in float64, itself or in a jaxpr of its params."""
   in_avals = eqn.in_avals if isinstance(eqn, Eqn) else [v.aval for v in eqn.invars]
   out_avals = eqn.out_avals if isinstance(eqn, Eqn) else [v.aval for v in eqn.outvars]
-  return (any(a.dtype == F64 for a in (*in_avals, *out_avals))
+  return (any(a.dtype in NARROWER for a in (*in_avals, *out_avals))
           or any(uses_float64(e) for jaxpr in jaxprs_in_params(eqn.params) for e in jaxpr.eqns))
 
 
@@ -62,7 +63,7 @@ def narrow_eqn(eqn: Eqn) -> Eqn | None:
 def downcast(program: Program) -> Program:
   """The program computing in float32 where it computed in float64 (the same object if it has no float64, or if
   `downcast` made it)."""
-  if program in _downcast or (not any(a.dtype == F64 for a in program.in_avals)
+  if program in _downcast or (not any(a.dtype in NARROWER for a in program.in_avals)
                               and not any(map(uses_float64, program.eqns))):
     return program
   eqns, n_slots = [], program.n_slots
@@ -73,11 +74,11 @@ def downcast(program: Program) -> Program:
     # NB: kept in float64: its float32 operands are widened before it and its float64 results narrowed after it
     inputs, outputs, narrowing = list(eqn.inputs), list(eqn.outputs), []
     for i, (atom, aval) in enumerate(zip(eqn.inputs, eqn.in_avals)):
-      if isinstance(atom, int) and aval.dtype == F64:
+      if isinstance(atom, int) and aval.dtype in NARROWER:
         inputs[i], n_slots = n_slots, n_slots + 1
         eqns.append(_convert(atom, inputs[i], _narrow(aval), aval, eqn.source))
     for i, (slot, aval) in enumerate(zip(eqn.outputs, eqn.out_avals)):
-      if aval.dtype == F64:
+      if aval.dtype in NARROWER:
         outputs[i], n_slots = n_slots, n_slots + 1
         narrowing.append(_convert(outputs[i], slot, aval, _narrow(aval), eqn.source))
     eqns += [dataclasses.replace(eqn, inputs=tuple(inputs), outputs=tuple(outputs)), *narrowing]
@@ -92,20 +93,22 @@ def widened(backend, compiled, program: Program):
   backend keeps a dtype its device lacks) enter as float32, float64 outputs leave as float64 host arrays."""
   avals = dict(enumerate(program.in_avals))
   avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
-  wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype == F64}
-  wide_out = {i for i, a in enumerate(program.outputs) if (avals[a] if isinstance(a, int) else a.aval).dtype == F64}
+  wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype in NARROWER}
+  wide_out = {i: aval.dtype for i, a in enumerate(program.outputs)
+              if (aval := avals[a] if isinstance(a, int) else a.aval).dtype in NARROWER}
 
   def run(inputs):
-    inputs = [backend.put(_to_float32(backend.get(x))) if i in wide_in else x for i, x in enumerate(inputs)]
+    inputs = [backend.put(_narrowed(backend.get(x))) if i in wide_in else x for i, x in enumerate(inputs)]
     outs = compiled.run(inputs)
     # NB: downcast values are float32 on the device; read as the float64 arrays the program promised
-    return [np.asarray(backend.get(x), F64) if i in wide_out else x for i, x in enumerate(outs)]
+    return [np.asarray(backend.get(x), wide_out[i]) if i in wide_out else x for i, x in enumerate(outs)]
   return wrap_compiled(compiled, run)
 
 
-def _to_float32(value) -> np.ndarray:
+def _narrowed(value) -> np.ndarray:
+  value = np.asarray(value)
   with np.errstate(over="ignore"):  # NB: beyond float32's range is infinity, as float32 arithmetic would make it
-    return np.asarray(value, F32)
+    return value.astype(NARROWER.get(value.dtype, value.dtype))
 
 
 def _convert(source: int, target: int, from_aval, to_aval, where: str) -> Eqn:
@@ -114,11 +117,11 @@ def _convert(source: int, target: int, from_aval, to_aval, where: str) -> Eqn:
 
 
 def _narrow(x):
-  """A param or aval with float32 for float64; jaxprs in params are traced again with float32."""
+  """A param or aval with float32 for float64 (complex64 for complex128); jaxprs in params are traced again."""
   if isinstance(x, np.dtype):
-    return F32 if x == F64 else x
+    return NARROWER.get(x, x)
   if isinstance(x, jax.core.ShapedArray):
-    return x.update(dtype=F32) if x.dtype == F64 else x
+    return x.update(dtype=NARROWER[x.dtype]) if x.dtype in NARROWER else x
   if isinstance(x, ClosedJaxpr):
     return _narrow_closed(x)
   if isinstance(x, tuple):
@@ -128,15 +131,15 @@ def _narrow(x):
 
 
 def _narrow_atom(atom):
-  if isinstance(atom, Const) and atom.aval.dtype == F64:
-    return Const(_to_float32(atom.value), _narrow(atom.aval))
+  if isinstance(atom, Const) and atom.aval.dtype in NARROWER:
+    return Const(_narrowed(atom.value), _narrow(atom.aval))
   return atom
 
 
 @functools.lru_cache(maxsize=512)
 def _narrow_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
   """The jaxpr traced again from its downcast program (calls inlined, BIT_LAYOUT kept in float64)."""
-  if not any(map(uses_float64, closed.jaxpr.eqns)) and not any(v.aval.dtype == F64 for v in closed.jaxpr.invars):
+  if not any(map(uses_float64, closed.jaxpr.eqns)) and not any(v.aval.dtype in NARROWER for v in closed.jaxpr.invars):
     return closed
   program = downcast(program_of(closed))
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in program.in_avals]

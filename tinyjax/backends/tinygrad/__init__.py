@@ -12,7 +12,7 @@ import numpy as np
 
 from tinyjax.backends import float64
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, eigen, elementwise, indexing, linalg, random, reduction, rounding, shape, sorting,
+  contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, rounding, shape, sorting,
   special)
 from tinyjax.backends.tinygrad import carried, complexmath, depth, device, plan  # noqa: F401 (complexmath: rules)
 from tinyjax.backends.tinygrad.amendments import amend
@@ -79,8 +79,10 @@ class TinygradBackend(Backend):
     """Whether the device computes this dtype: checked once by running a small kernel in it; a 16-bit float that the
     device's compiler rejects (bfloat16 under clang before 17) is computed by tinygrad's emulation, in float32 on its
     16 stored bits, if that runs."""
+    if carried.is_complex(dtype):  # as pairs of its parts
+      return self.supports_dtype(carried.real_dtype(dtype))
     try:
-      dt = tg_dtype(carried.real_dtype(dtype) if carried.is_complex(dtype) else dtype)  # complex: as pairs
+      dt = tg_dtype(dtype)
     except KeyError:
       return False
     if device.runs_kernel_in(dt, self.tg_device):
