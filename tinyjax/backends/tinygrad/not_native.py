@@ -10,7 +10,6 @@ NOT_YET_NATIVE: dict[str, str] = {
   # multi-device
   "all_gather": _COLLECTIVE, "all_to_all": _COLLECTIVE, "axis_index": _COLLECTIVE, "pmax": _COLLECTIVE,
   "pmin": _COLLECTIVE, "ppermute": _COLLECTIVE, "psum": _COLLECTIVE, "ragged_all_to_all": _COLLECTIVE,
-  "fft": "not written yet",
   # decompositions
   "eig": "LAPACK's geev: complex eigenvalues and eigenvectors, from Francis "
          "double-shift QR iterations on the Hessenberg form, whose count and deflations depend on the data",

@@ -80,7 +80,9 @@ def _rev(ctx, x, *, dimensions):
 @register("slice")
 def _slice(ctx, x, *, start_indices, limit_indices, strides):
   steps = strides or (1,) * x.ndim
-  return x[tuple(slice(start, limit, step) for start, limit, step in zip(start_indices, limit_indices, steps))]
+  # NB: ints, as tinygrad takes them: JAX's own rules (fft's transpose) slice with NumPy integers
+  return x[tuple(slice(int(start), int(limit), int(step))
+                 for start, limit, step in zip(start_indices, limit_indices, steps))]
 
 
 def _dilate(x, axis: int, interior: int):
