@@ -209,26 +209,64 @@ def test_webgpu_export_of_scalars_integers_and_booleans(webgpu):
   assert_like_jit(mixed_dtypes, args, run_plan(webgpu, read_plan(exported.files["mixed_dtypes.js"]), args))
 
 
+# --- complex values and FFTs: an argument or result of a complex dtype is its interleaved (real, imaginary) pairs,
+# float32[..., 2] for complex64: the memory of a NumPy complex64 array
+
+def spectral_filter(x, z):
+  """A real signal smoothed through its spectrum, a complex one's spectrum rotated and transformed back, and the
+  power spectrum of a 2-d transform: rfft, irfft, fft, ifft, fft2 of lengths 12 (4 x 3) and 10 (2 x 5)."""
+  smoothed = jnp.fft.irfft(jnp.fft.rfft(x) * jnp.exp(-jnp.arange(7) / 3.0), 12)
+  return smoothed, jnp.fft.ifft(jnp.fft.fft(z) * 1j) + z.conj(), jnp.abs(jnp.fft.fft2(z[:, :10])) ** 2
+
+
+def fft_args():
+  rng = np.random.default_rng(2)
+  return (rng.standard_normal((3, 12)).astype(np.float32),
+          (rng.standard_normal((4, 12)) + 1j * rng.standard_normal((4, 12))).astype(np.complex64))
+
+
+def as_complex(results, exported) -> list[np.ndarray]:
+  """The pairs of each complex output as the complex array they are."""
+  return [r.view(np.dtype(b.pairs_of)).reshape(r.shape[:-1]) if b.pairs_of else r
+          for r, b in zip(results, (exported.graph.buffers[i] for i in exported.graph.outputs))]
+
+
+def test_c_export_of_ffts(tmp_path, compiler):
+  exported = tinyjax.export(spectral_filter, *fft_args(), target="c")
+  header = exported.files["spectral_filter.h"]
+  assert "float32[4, 12, 2] (complex64: (real, imaginary) pairs) z" in header
+  assert "void spectral_filter(const float *x, const float *z, float *out0, float *out1, float *out2);" in header
+  function = compiled(exported, tmp_path, compiler)
+  assert_like_jit(spectral_filter, fft_args(), as_complex(call_c(function, exported, fft_args()), exported))
+
+
+def test_webgpu_export_of_ffts(webgpu):
+  exported = tinyjax.export(spectral_filter, *fft_args(), target="webgpu")
+  plan = read_plan(exported.files["spectral_filter.js"])
+  assert [b.get("pairs_of") for b in plan["buffers"] if b["role"] == "input"] == [None, "complex64"]
+  assert_like_jit(spectral_filter, fft_args(), as_complex(run_plan(webgpu, plan, fft_args()), exported))
+
+
 # --- errors
 
-def spectrum(x):
-  return jnp.abs(jnp.fft.fft(x))
+def banded(d, x):
+  return jax.lax.linalg.tridiagonal_solve(d, d + 3.0, d, x) * 2.0
 
 
-SPECTRUM_LINE = spectrum.__code__.co_firstlineno + 1
+BANDED_LINE = banded.__code__.co_firstlineno + 1
 
 
 def test_primitive_without_rule_names_it_and_the_line():
   with pytest.raises(ExportError) as raised:
-    tinyjax.export(spectrum, np.ones(8, np.float32))
+    tinyjax.export(banded, np.ones(8, np.float32), np.ones((8, 1), np.float32))
   message = str(raised.value)
-  assert "fft (no tinygrad rule)" in message and f"{__file__}:{SPECTRUM_LINE}" in message
+  assert "tridiagonal_solve (no tinygrad rule)" in message and f"{__file__}:{BANDED_LINE}" in message
   assert "never on XLA" in message
 
 
 def test_unknown_target():
   with pytest.raises(ExportError, match="unknown export target 'wasm'"):
-    tinyjax.export(spectrum, np.ones(8, np.float32), target="wasm")
+    tinyjax.export(jnp.sin, np.ones(8, np.float32), target="wasm")
 
 
 def test_webgpu_names_float64_it_cannot_render(webgpu):
@@ -239,6 +277,7 @@ def test_webgpu_names_float64_it_cannot_render(webgpu):
 # --- the command
 
 MODEL = '''
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -248,10 +287,10 @@ def predict(x, w):
 def example_args():
   return np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
 
-def spectrum(x):
-  return jnp.abs(jnp.fft.fft(x))
+def banded(d):
+  return jax.lax.linalg.tridiagonal_solve(d, d + 3.0, d, d[:, None])
 
-def spectrum_args():
+def banded_args():
   return (np.ones(8, np.float32),)
 
 def not_a_tuple():
@@ -289,12 +328,13 @@ def test_command_writes_webgpu(model, tmp_path, webgpu):
 
 
 @pytest.mark.parametrize("args, message", [
-  (("{model}:nowhere",), "defines no function 'nowhere' (it defines: example_args, not_a_tuple, predict, spectrum"),
+  (("{model}:nowhere",),
+   "defines no function 'nowhere' (it defines: banded, banded_args, example_args, not_a_tuple, predict"),
   (("{model}",), "give the function as FILE.py:FUNCTION"),
   (("{model}x:predict",), "no such file"),
   (("{model}:predict", "--example-args", "missing"), "defines no missing()"),
   (("{model}:predict", "--example-args", "not_a_tuple"), "not_a_tuple() returned a ndarray"),
-  (("{model}:spectrum", "--example-args", "spectrum_args"), "fft (no tinygrad rule) at {model}:12"),
+  (("{model}:banded", "--example-args", "banded_args"), "tridiagonal_solve (no tinygrad rule) at {model}:13"),
 ])
 def test_command_refuses_bad_input(model, args, message):
   result = invoke(*(a.format(model=model) for a in args))
@@ -303,16 +343,16 @@ def test_command_refuses_bad_input(model, args, message):
 
 
 def test_command_error_in_the_function_is_the_users(model):
-  result = invoke(f"{model}:spectrum")  # two example arguments for a function of one
-  assert result.exit_code == 1 and "TypeError" in result.stderr and "spectrum()" in result.stderr
+  result = invoke(f"{model}:banded")  # two example arguments for a function of one
+  assert result.exit_code == 1 and "TypeError" in result.stderr and "banded()" in result.stderr
 
 
 def test_command_as_a_subprocess(model, tmp_path):
   """`python -m tinyjax.cli.main export` as users run it: exit code and stderr of a refused export."""
-  result = subprocess.run([sys.executable, "-m", "tinyjax.cli.main", "export", f"{model}:spectrum",
-                           "--example-args", "spectrum_args"], capture_output=True, text=True, cwd=tmp_path,
+  result = subprocess.run([sys.executable, "-m", "tinyjax.cli.main", "export", f"{model}:banded",
+                           "--example-args", "banded_args"], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))})
-  assert result.returncode == 2 and "fft (no tinygrad rule)" in result.stderr and "Traceback" not in result.stderr
+  assert result.returncode == 2 and "tridiagonal_solve (no tinygrad rule)" in result.stderr and "Traceback" not in result.stderr
 
 
 # --- the page, in a browser

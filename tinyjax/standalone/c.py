@@ -69,7 +69,8 @@ def _array_init(data: np.ndarray) -> str:
 
 
 def _describe(buffer) -> str:
-  return f"{buffer.dtype.name}[{', '.join(map(str, buffer.shape))}]"
+  described = f"{buffer.dtype.name}[{', '.join(map(str, buffer.shape))}]"
+  return described + (f" ({buffer.pairs_of}: (real, imaginary) pairs)" if buffer.pairs_of else "")
 
 
 def _signature(graph: Graph) -> str:

@@ -36,6 +36,7 @@ class Buffer:
   role: str  # one of ROLES
   data: np.ndarray | None = None  # the contents of a constant, flat
   path: str = ""  # the pytree path in the user's terms, e.g. params['params']['Conv_0']['kernel']
+  pairs_of: str | None = None  # a complex argument's dtype (complex64): its (real, imaginary) pairs, interleaved
 
   @property
   def size(self) -> int:
@@ -249,7 +250,9 @@ def _run_lazily(backend, program, inputs):
   from tinygrad import Tensor
 
   from tinyjax.backends.tinygrad.amendments import kernel_context
-  outs = backend.run_lazily(program, list(inputs))
+  # NB: the rules run under the backend's settings too: DEV is the device of tinygrad's device-less constants
+  with kernel_context(**backend.contexts):
+    outs = backend.run_lazily(program, list(inputs))
   if any(isinstance(t, np.ndarray) for t in outs):
     raise ExportError(f"an output's dtype is one tinygrad's {backend.tg_device} device lacks")
   outs = [t.contiguous() for t in outs]
@@ -270,6 +273,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   from tinygrad.dtype import _to_np_dtype
   from tinygrad.uop.ops import Ops
 
+  from tinyjax.backends.tinygrad.carried import carried_aval
   from tinyjax.backends.tinygrad.table import tg_dtype
   check_native(name, closed, backend)
   program = program_of(closed)
@@ -278,8 +282,10 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
       raise ExportError(f"{path} has no elements (shape {aval.shape}); an export needs sizes above zero")
   backend.plan_of(program)  # NB: plans (and dtype probes, which run kernels) before the capture, which forbids runs
   device = backend.tg_device
+  # NB: a complex value is its interleaved (real, imaginary) pairs, float[..., 2], as the backend carries it
+  in_avals, out_avals = ([carried_aval(a) for a in avals] for avals in (closed.in_avals, closed.out_avals))
   inputs = [Tensor.empty(max(a.size, 1), dtype=tg_dtype(a.dtype), device=device).realize().reshape(a.shape)
-            for a in closed.in_avals]
+            for a in in_avals]
   with _Capture() as captured:
     outs = _run_lazily(backend, program, inputs)
 
@@ -291,8 +297,9 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
     buffers.append(buffer)
     return index[uop]
 
-  for (label, path), aval, tensor in zip(in_names, closed.in_avals, inputs):
-    add(tensor.uop.base, Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "input", path=path))
+  for (label, path), aval, user_aval, tensor in zip(in_names, in_avals, closed.in_avals, inputs):
+    add(tensor.uop.base, Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "input", path=path,
+                                pairs_of=_pairs_of(user_aval)))
 
   def buffer_of(uop) -> tuple[int, int]:
     view = _view_of(uop)
@@ -321,13 +328,14 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   # the outputs: a kernel writes straight into the caller's output buffer where it can; otherwise a copy
   results = [buffer_of(t.uop) for t in outs]
   claimed = set()
-  for (label, path), aval, (source, offset) in zip(out_names, closed.out_avals, results):
+  for (label, path), aval, user_aval, (source, offset) in zip(out_names, out_avals, closed.out_avals, results):
     buffer = buffers[source]
+    output = Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "output", path=path, pairs_of=_pairs_of(user_aval))
     if buffer.role == "scratch" and offset == 0 and buffer.size == aval.size and source not in claimed:
       claimed.add(source)
-      buffers[source] = Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "output", path=path)
+      buffers[source] = output
     else:
-      buffers.append(Buffer(label, np.dtype(aval.dtype), tuple(aval.shape), "output", path=path))
+      buffers.append(output)
       steps.append(Copy(len(buffers) - 1, (source, offset)))
   used = {b for s in steps for b in ([a for a, _ in s.args] if isinstance(s, Kernel) else [s.dest, s.src[0]])}
   out_position = {label: i for i, (label, _) in enumerate(out_names)}
@@ -339,6 +347,11 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   # buffers no step uses (a constant's host copy) are left out
   kept = [i for i, b in enumerate(buffers) if i in used or b.role in ("input", "output")]
   return _reordered(Graph(name, buffers, steps), sorted(kept, key=position))
+
+
+def _pairs_of(aval) -> str | None:
+  from tinyjax.backends.tinygrad.carried import is_complex
+  return np.dtype(aval.dtype).name if is_complex(aval.dtype) else None
 
 
 def _reordered(graph: Graph, order: list[int]) -> Graph:

@@ -27,7 +27,7 @@ def plan(graph: Graph) -> dict:
   buffers = []
   for b in graph.buffers:
     entry = {"name": b.name, "path": b.path, "role": b.role, "dtype": b.dtype.name, "shape": list(b.shape),
-             "size": b.size, "bytes": b.nbytes}
+             "size": b.size, "bytes": b.nbytes, **({"pairs_of": b.pairs_of} if b.pairs_of else {})}
     if b.role == "const":
       entry["data"] = base64.b64encode(np.ascontiguousarray(b.data).tobytes()).decode()
     buffers.append(entry)

@@ -16,7 +16,8 @@ const TYPED_ARRAYS = {
   uint16: Uint16Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array,
 };
 
-const describe = ({ name, path, dtype, shape }) => ({ name, path, dtype, shape });
+// pairs_of: a complex argument's dtype ("complex64"), given as its interleaved (real, imaginary) pairs (shape [..., 2])
+const describe = ({ name, path, dtype, shape, pairs_of }) => ({ name, path, dtype, shape, ...(pairs_of && { pairs_of }) });
 export const inputs = PLAN.buffers.filter((b) => b.role === "input").map(describe);
 export const outputs = PLAN.buffers.filter((b) => b.role === "output").map(describe);
 
