@@ -1,7 +1,13 @@
 """A wholly native program's runs: its outputs realized together, then its kernels captured by TinyJit and replayed
 by a launcher of our own."""
 import dataclasses
+import sys
 import weakref
+
+# A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most
+# _POOLED_BYTES: the outputs of small programs, whose replay costs more in tinygrad's objects than in its kernels.
+_POOL_SLOTS = 2
+_POOLED_BYTES = 1 << 16
 
 def realized(outs: list, device: str) -> list:
   """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
@@ -44,6 +50,8 @@ class Replayed:
     self.specs: list[tuple] = []  # (shape, size, dtype, device) of each written output
     self.empty: dict[int, object] = {}  # computed outputs of size zero: the first run's (they hold no data)
     self.linear = None  # the captured kernels, with the inputs' and the written outputs' buffers as parameters
+    self.pool: list[_Slot] | None = None  # output sets handed out before, reused once nobody else holds them
+    self.pool_next = 0  # the slot a new set replaces when none is free
 
   def __call__(self, inputs):
     if self.linear is not None:
@@ -62,6 +70,8 @@ class Replayed:
       else:
         self.empty[i] = outs[i]
     self.broken = not self.written
+    if sum(size * dtype.itemsize for _, size, dtype, _ in self.specs) <= _POOLED_BYTES:
+      self.pool = []
     return outs
 
   def _capture(self, inputs):
@@ -88,18 +98,52 @@ class Replayed:
     this run is not one (tinygrad makes or captures kernels, or replays them itself)."""
     if self.kernels is None:
       return None
-    from tinygrad.device import Buffer
     from tinygrad.uop.ops import Ops, buffers
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
       return None
-    targets = [t.fresh() for t in self._templates()]
-    # NB: each BUFFER uop's Buffer set and read in tinygrad's table directly: UOp.buffer computes the uop's
-    # shape and base first, which costs more than the launches of a small program
-    for target, (_, size, dtype, device) in zip(targets, self.specs):
-      buffers[target] = Buffer(device, size, dtype).ref(1)
-    launch(self.kernels, [buffers[u].ensure_allocated() for u in bases + targets])
-    return self._outputs(inputs, targets)
+    slot = self._slot()
+    launch(self.kernels, [buffers[u].ensure_allocated() for u in bases] + slot.buffers)
+    return self._outputs(inputs, slot.tensors)
+
+  def _slot(self) -> "_Slot":
+    """The written outputs of a replay by the launcher: a pooled set that nobody holds any more, or a new one."""
+    pool = self.pool
+    if pool is None:
+      return self._new_slot()
+    for slot in pool:
+      if slot.free():
+        return slot
+    slot = self._new_slot()
+    slot.baseline = slot.counts()
+    if len(pool) < _POOL_SLOTS:
+      pool.append(slot)
+    else:  # NB: the set replaced is still held (it was not free): it lives on as any other output, unpooled
+      pool[self.pool_next] = slot
+      self.pool_next = (self.pool_next + 1) % _POOL_SLOTS
+    return slot
+
+  def _new_slot(self) -> "_Slot":
+    """New written outputs: a fresh BUFFER uop, allocated Buffer and Tensor each."""
+    from tinygrad import tensor as tensor_module
+    from tinygrad.device import Buffer
+    from tinygrad.uop.ops import Ops, UOp, buffers
+    tensors, made = [], []
+    # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
+    # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
+    outer = tensor_module._METADATA.set(_REPLAY_METADATA)
+    try:
+      for template, (_, size, dtype, device) in zip(self._templates(), self.specs):
+        target = template.fresh()
+        # NB: each BUFFER uop's Buffer set in tinygrad's table directly: UOp.buffer computes the uop's shape and
+        # base first, which costs more than the launches of a small program
+        buffer = buffers[target] = Buffer(device, size, dtype).ref(1)
+        made.append(buffer.ensure_allocated())
+        tensors.append(_tensor_of(target if template.shape_operands is None else
+                                  UOp(Ops.RESHAPE, target.dtype, (target, *template.shape_operands))))
+    finally:
+      tensor_module._METADATA.set(outer)
+    return _Slot(tensors, made)
 
   def _templates(self):
     if not self.templates:
@@ -114,26 +158,42 @@ class Replayed:
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
       return self.run(inputs)
-    targets = [t.fresh() for t in self._templates()]
-    run_linear(self.linear, None, input_uops=bases + targets, update_stats=False, jit=True)
-    return self._outputs(inputs, targets)
+    slot = self._new_slot()
+    run_linear(self.linear, None, input_uops=bases + [t.uop.base for t in slot.tensors], update_stats=False,
+               jit=True)
+    return self._outputs(inputs, slot.tensors)
 
-  def _outputs(self, inputs, targets):
-    from tinygrad.uop.ops import Ops, UOp
+  def _outputs(self, inputs, written: list) -> list:
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else self.empty.get(i)
             for i, a in enumerate(self.program.outputs)]
-    from tinygrad import tensor as tensor_module
-    # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
-    # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
-    outer = tensor_module._METADATA.set(_REPLAY_METADATA)
-    try:
-      for i, target, template in zip(self.written, targets, self.templates):
-        reshaped = target if template.shape_operands is None else UOp(Ops.RESHAPE, target.dtype,
-                                                                        (target, *template.shape_operands))
-        outs[i] = _tensor_of(reshaped)
-    finally:
-      tensor_module._METADATA.set(outer)
+    for i, tensor in zip(self.written, written):
+      outs[i] = tensor
     return outs
+
+
+class _Slot:
+  """A set of written outputs (their Tensors and allocated Buffers) made by a replay; a pooled one is written again
+  by a later replay once nobody else holds it.
+
+  NB: free means that every object through which the outputs' memory can be reached (each Tensor, its uop, the
+  BUFFER uop, the Buffer and the runtime's allocation) has exactly the references it had when the slot was pooled,
+  before its outputs were handed out: an output whose Array is alive (or its Value, a pending call's input, a
+  PairBuffer, a view into its Buffer, a lazy graph over its uop, a Tensor whose uop was replaced) holds one more,
+  or has another uop, and its memory is never written again while it does."""
+  __slots__ = ("tensors", "buffers", "objects", "baseline")
+
+  def __init__(self, tensors: list, buffers: list):
+    self.tensors, self.buffers = tensors, buffers
+    self.objects = tuple(o for tensor, buffer in zip(tensors, buffers)
+                         for o in (tensor, tensor.uop, tensor.uop.base, buffer, buffer._buf))
+    self.baseline = None
+
+  def counts(self) -> tuple:
+    return tuple(map(sys.getrefcount, self.objects))
+
+  def free(self) -> bool:
+    objects = self.objects
+    return self.counts() == self.baseline and all(t.uop is objects[5 * k + 1] for k, t in enumerate(self.tensors))
 
 
 def _replay_metadata():
