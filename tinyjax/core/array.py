@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core as jax_core  # NB: eval_context is not public
 
-from tinyjax.core import tracing
+from tinyjax.core import pending, tracing
+from tinyjax.core.pending import DeletedValue, Value
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device
 
@@ -124,12 +125,13 @@ class Array(jax.Array):
 
   # --- reading the data
   def block_until_ready(self):
-    if self.is_deleted():
-      self._value.to_host()  # raises
-    if self._value.pending:
-      from tinyjax.core import pending
-      pending.flush((self._value,))
-    for backend, buffer in self._value.buffers.items():
+    value = self._value
+    if value.node is not None or type(value) is not Value:  # NB: the common case, a concrete Value, tested at once
+      if isinstance(value, DeletedValue):
+        value.to_host()  # raises
+      if value.node is not None:
+        pending.flush((value,))
+    for backend, buffer in value.buffers.items():
       backend.wait(buffer)
     return self
 
@@ -257,11 +259,9 @@ class Array(jax.Array):
 
   def delete(self):
     """Free this Array's buffers now; reading it afterwards raises, as in JAX."""
-    from tinyjax.core.pending import DeletedValue
     self._value, self._jax = DeletedValue(self.aval), None
 
   def is_deleted(self) -> bool:
-    from tinyjax.core.pending import DeletedValue
     return isinstance(self._value, DeletedValue)
 
   def unsafe_buffer_pointer(self) -> int:
@@ -318,7 +318,6 @@ tracing.set_array_type(Array)
 
 
 def _host_value(aval, host):
-  from tinyjax.core.pending import Value
   return Value(aval, host=host)
 
 
