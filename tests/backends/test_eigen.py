@@ -61,15 +61,24 @@ def assert_values(actual, expected, dtype=np.float32):
   assert np.all(np.abs(np.where(finite, actual - expected, 0)) <= TOLERANCE[dtype] * size), (actual, expected)
 
 
+def wide(x):
+  """x in float64 (complex128 for a complex x)."""
+  return x.astype(np.result_type(x.dtype, np.float64))
+
+
+def adjoint(x):
+  return np.conj(np.swapaxes(x, -1, -2))
+
+
 def assert_orthonormal(q, dtype=np.float32, columns=True):
-  q = q.astype(np.float64)
-  gram = np.swapaxes(q, -1, -2) @ q if columns else q @ np.swapaxes(q, -1, -2)
+  q = wide(q)
+  gram = adjoint(q) @ q if columns else q @ adjoint(q)
   assert np.abs(gram - np.eye(gram.shape[-1])).max() <= PROPERTY[dtype], np.abs(gram - np.eye(gram.shape[-1])).max()
 
 
 def assert_eigenpairs(a, v, w, dtype=np.float32):
-  """A V = V diag(w) relative to |A|, V orthonormal."""
-  a64, v64 = a.astype(np.float64), v.astype(np.float64)
+  """A V = V diag(w) relative to |A|, V orthonormal (unitary)."""
+  a64, v64 = wide(a), wide(v)
   scale = max(np.abs(a64).max(), np.finfo(np.float64).tiny)
   assert np.abs(a64 @ v64 - v64 * w[..., None, :]).max() <= PROPERTY[dtype] * a.shape[-1] * scale
   assert_orthonormal(v, dtype)
@@ -78,7 +87,7 @@ def assert_eigenpairs(a, v, w, dtype=np.float32):
 def assert_svd(a, u, s, vt, dtype=np.float32):
   """U diag(s) V^T = A (with the first min(m, n) columns of U and rows of V^T) relative to |A|; U and V orthonormal."""
   k = min(a.shape[-2:])
-  product = (u[..., :, :k].astype(np.float64) * s[..., None, :]) @ vt[..., :k, :].astype(np.float64)
+  product = (wide(u[..., :, :k]) * s[..., None, :]) @ wide(vt[..., :k, :])
   scale = max(np.abs(a).max(), np.finfo(np.float64).tiny)
   assert np.abs(product - a).max() <= PROPERTY[dtype] * max(a.shape[-2:]) * scale
   assert_orthonormal(u, dtype)
@@ -321,3 +330,92 @@ def test_larger_matrices():
   (u, s, vt), (_, s_jax, _) = run_both(lambda np_, x: np_.linalg.svd(x), b)
   assert_values(s, s_jax)
   assert_svd(b, u, s, vt)
+
+
+# --- complex matrices: Hermitian eigh by complex Jacobi rotations, complex one-sided Jacobi svd; values real
+def complex_normal(shape, seed=0, dtype=np.complex64):
+  rng = np.random.default_rng(seed)
+  return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+
+def hermitian(shape, seed=0, dtype=np.complex64):
+  x = complex_normal(shape, seed, dtype)
+  return (x + adjoint(x)).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", EIGH_SHAPES, ids=str)
+def test_complex_eigh(shape):
+  """lower=True reads the lower triangle only, and not the imaginary part of the diagonal (as LAPACK's heevd)."""
+  n = shape[-1]
+  a = hermitian(shape, seed=30) + np.triu(np.full((n, n), 3 + 1j, np.complex64), 1) + 2j * np.eye(n)
+  (v, w), (_, w_jax) = run_both(lambda np_, x: lax_linalg(np_, "eigh", symmetrize_input=False)(x), a)
+  assert w.dtype == np.float32 and v.dtype == np.complex64
+  assert_values(w, w_jax)
+  full = np.tril(a, -1) + adjoint(np.tril(a, -1)) + np.real(np.diagonal(a, axis1=-2, axis2=-1))[..., None] * np.eye(n)
+  assert_eigenpairs(full, v, w)
+  assert np.all(np.diff(w, axis=-1) >= 0)
+
+
+def test_complex_eigh_upper_and_nan():
+  a = hermitian((3, 4, 4), seed=31)
+  a[..., np.tri(4, k=-1, dtype=bool)] = np.nan
+  a[2, 0, 3] = np.nan + 1j
+  (v, w), (_, w_jax) = run_both(lambda np_, x: lax_linalg(np_, "eigh", lower=False, symmetrize_input=False)(x), a)
+  assert_values(w, w_jax)
+  assert_eigenpairs(np.triu(a[:2]) + adjoint(np.triu(a[:2], 1)), v[:2], w[:2])
+  assert np.isnan(v[2]).all() and np.isnan(w[2]).all()
+
+
+def test_complex_eigh_repeated_and_real():
+  """A complex Hermitian matrix with repeated eigenvalues, and a real symmetric one given as complex."""
+  q, _ = np.linalg.qr(complex_normal((6, 6), seed=32))
+  a = np.stack([(q * np.repeat([-1.0, 2.0], 3)) @ adjoint(q), symmetric((6, 6), seed=33)]).astype(np.complex64)
+  (w, v), (w_jax, _) = run_both(lambda np_, x: np_.linalg.eigh(x), a)
+  assert_values(w, w_jax)
+  assert_eigenpairs(a, v, w)
+
+
+@pytest.mark.parametrize("full_matrices", [True, False], ids=["full", "reduced"])
+@pytest.mark.parametrize("shape", SVD_SHAPES, ids=str)
+def test_complex_svd(shape, full_matrices):
+  a = complex_normal(shape, seed=34)
+  (u, s, vt), (_, s_jax, _) = run_both(lambda np_, x: np_.linalg.svd(x, full_matrices=full_matrices), a)
+  assert s.dtype == np.float32 and u.dtype == vt.dtype == np.complex64
+  assert_values(s, s_jax)
+  assert_svd(a, u, s, vt)
+  assert np.all(np.diff(s, axis=-1) <= 0)
+
+
+def test_complex_svd_rank_deficient_and_nan():
+  """Rank one (its null vectors completed to a unitary basis), and a NaN member."""
+  a = np.stack([np.outer(complex_normal(4, seed=35), complex_normal(3, seed=36)), complex_normal((4, 3), seed=37),
+                complex_normal((4, 3), seed=38)]).astype(np.complex64)
+  a[2, 1, 1] = np.nan
+  (u, s, vt), (_, s_jax, _) = run_both(lambda np_, x: np_.linalg.svd(x), a)
+  assert_values(s, s_jax)
+  assert_svd(a[:2], u[:2], s[:2], vt[:2])
+  assert np.isnan(u[2]).all() and np.isnan(vt[2]).all()
+
+
+def test_complex_pinv_and_gradient():
+  """Sign-free functions of the vectors: pinv, and the gradient of a real function through eigh."""
+  check(lambda np_, x: np_.linalg.pinv(x), complex_normal((4, 3), seed=39), rtol=1e-4, atol=1e-5)
+  weights = np.arange(1, 5, dtype=np.float32)
+  def loss(np_, x):
+    h = x + np_.conj(x.T)
+    w, v = np_.linalg.eigh(h)
+    return (w * weights).sum() + (np_.abs(v) ** 2 * weights).sum()
+  grad = lambda np_: (jax.grad if np_ is jnp else tinyjax.grad)(functools.partial(loss, np_))
+  check(lambda np_, x: grad(np_)(x), complex_normal((4, 4), seed=40), rtol=2e-3, atol=2e-4)
+
+
+@pytest.mark.float64
+def test_complex128(x64):
+  a = hermitian((2, 5, 5), seed=41, dtype=np.complex128)
+  (w, v), (w_jax, _) = run_both(lambda np_, x: np_.linalg.eigh(x), a)
+  assert_values(w, w_jax, np.float64)
+  assert_eigenpairs(a, v, w, np.float64)
+  b = complex_normal((6, 4), seed=42, dtype=np.complex128)
+  (u, s, vt), (_, s_jax, _) = run_both(lambda np_, x: np_.linalg.svd(x), b)
+  assert_values(s, s_jax, np.float64)
+  assert_svd(b, u, s, vt, np.float64)

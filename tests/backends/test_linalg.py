@@ -302,3 +302,95 @@ def test_cholesky_update(w):
 def test_symmetric_product():
   close(lambda np_, a, c: lax_linalg(np_, "symmetric_product", alpha=0.5, beta=2.0)(a, c), standard_normal((2, 3, 5)),
         standard_normal((2, 3, 3), seed=7))
+
+
+# --- complex matrices: LAPACK's z routines (L L^H, conjugate_a, izamax's |re| + |im| pivots, complex reflectors
+# with a real beta on R's diagonal), against XLA's results
+def complex_normal(shape, seed=21, dtype=np.complex64):
+  rng = np.random.default_rng(seed)
+  return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+
+def complex_well_conditioned(shape, seed=21, dtype=np.complex64):
+  return (complex_normal(shape, seed, dtype) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+
+
+def complex_positive_definite(shape, seed=21, dtype=np.complex64):
+  a = complex_well_conditioned(shape, seed, dtype)
+  return (a @ np.conj(np.swapaxes(a, -1, -2))).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_complex_cholesky(shape):
+  """The strict upper triangle is the input's; the diagonal's imaginary part is not read (a Hermitian matrix's is 0)."""
+  n = shape[-1]
+  a = complex_positive_definite(shape) + np.triu(np.full((n, n), 7 - 2j, np.complex64), 1) + 3j * np.eye(n)
+  close(lambda np_, x: lax_linalg(np_, "cholesky", symmetrize_input=False)(x), a.astype(np.complex64))
+
+
+def test_complex_cholesky_not_positive_definite():
+  a = np.array([[[1, 2j], [-2j, 1]], [[4, 1 + 1j], [1 - 1j, 3]]], np.complex64)
+  close(lambda np_, x: np_.linalg.cholesky(x), a)
+
+
+@pytest.mark.parametrize("left_side,lower,transpose_a,conjugate_a", FLAGS,
+                         ids=["-".join(k for k, v in zip(("left", "lower", "T", "conj"), f) if v) or "none"
+                              for f in FLAGS])
+def test_complex_triangular_solve(left_side, lower, transpose_a, conjugate_a):
+  a = complex_well_conditioned((2, 4, 4))
+  a[..., ~np.tri(4, dtype=bool) if lower else np.tri(4, k=-1, dtype=bool)] = np.nan
+  b = complex_normal((2, 4, 3) if left_side else (2, 3, 4), seed=22)
+  solve = lambda np_: lax_linalg(np_, "triangular_solve", left_side=left_side, lower=lower, transpose_a=transpose_a,
+                                 conjugate_a=conjugate_a)
+  close(lambda np_, x, y: solve(np_)(x, y), a, b)
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(3, 5), (5, 3)], ids=str)
+def test_complex_lu(shape):
+  """Pivots by |re| + |im| (izamax): the third row (3 + 0j) wins over the second (2 + 2j) though |2 + 2j| > 3."""
+  close(lambda np_, x: lax_linalg(np_, "lu")(x), complex_normal(shape))
+  close(lambda np_, x: lax_linalg(np_, "lu")(x), np.array([[1, 1], [2 + 2j, 1], [3.5, 2]], np.complex64))
+
+
+@pytest.mark.parametrize("name", ["solve", "inv", "det", "slogdet"])
+def test_complex_jnp_linalg(name):
+  a, b = complex_well_conditioned((2, 4, 4)), complex_normal((2, 4, 2), seed=23)
+  fn = (lambda np_, x: np_.linalg.solve(x, b)) if name == "solve" else (lambda np_, x: getattr(np_.linalg, name)(x))
+  close(fn, a)
+
+
+@pytest.mark.parametrize("shape,mode", [((1, 1), "complete"), ((3, 3), "reduced"), ((5, 3), "complete"),
+                                        ((3, 5), "complete"), ((2, 4, 4), "r"), ((2, 5, 3), "raw")], ids=str)
+def test_complex_qr(shape, mode):
+  """R's diagonal is real (LAPACK's beta), with the sign opposite to the real part of the column's top entry."""
+  close(lambda np_, x: np_.linalg.qr(x, mode=mode), complex_normal(shape))
+
+
+def test_complex_qr_special():
+  """A column zero below the diagonal but complex on it still reflects (tau != 0: beta must be real); a real one
+  keeps tau = 0; NaN spreads as in LAPACK."""
+  a = np.array([[[2j, 1], [0, 1], [0, 3]], [[2, 1j], [0, 1], [0, 3]], [[1, 2], [np.nan, 1j], [1, 1]]], np.complex64)
+  close(lambda np_, x: np_.linalg.qr(x, mode="complete"), a)
+  close(lambda np_, x: np_.linalg.qr(x, mode="raw"), a)
+
+
+def test_complex_scipy_qr_pivoting():
+  close(lambda np_, x: SCIPY[np_].qr(x, pivoting=True), complex_normal((4, 5)))
+
+
+def test_complex_householder_and_ormqr():
+  close(lambda np_, x, t: lax_linalg(np_, "householder_product")(x, t), complex_normal((2, 5, 3)),
+        complex_normal((2, 2), seed=24))
+  for mode, c in (("left", complex_normal((3, 2), seed=25)), ("right", complex_normal((2, 5), seed=25))):
+    close(lambda np_, x, y: SCIPY[np_].qr_multiply(x, y, mode=mode), complex_normal((5, 3)), c)
+
+
+def test_complex_hessenberg():
+  close(lambda np_, x: lax_linalg(np_, "hessenberg")(x), complex_normal((2, 5, 5)))
+
+
+@pytest.mark.float64
+def test_complex128(x64):
+  a = complex_well_conditioned((3, 3), dtype=np.complex128)
+  check(lambda np_, x: (np_.linalg.cholesky(x @ np_.conj(x.T)), np_.linalg.qr(x), np_.linalg.solve(x, x[:, :1])),
+        a, rtol=1e-10, atol=1e-12)

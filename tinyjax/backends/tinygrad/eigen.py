@@ -1,5 +1,7 @@
-"""Eigendecomposition of symmetric matrices (eigh) and singular value decomposition (svd) by Jacobi rotations, for
-real float32 and float64 matrices (tinygrad has no complex dtype: the backend's dtype check sends those to XLA).
+"""Eigendecomposition of symmetric and Hermitian matrices (eigh) and singular value decomposition (svd) by Jacobi
+rotations, for real and complex matrices (float32, float64, complex64, complex128; a complex one as a linalg.Pair).
+A complex pair a_pq = |a_pq| e rotates as a real one of |a_pq| after its column q is scaled by conj(e) (the standard
+complex Jacobi rotation: one phase factor per pair, _pair_rotations); the values stay real.
 
 eigh: cyclic two-sided Jacobi. Each rotation zeroes one off-diagonal pair a_pq = a_qp of the symmetric matrix built
 from the triangle LAPACK reads (`lower`), with the smaller of the two angles that do (|tan| <= 1), and writes the
@@ -54,8 +56,8 @@ from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.control_flow import _capturing, _distinct_buffers, _replay
 from tinyjax.backends.tinygrad.indexing import arange, pick
-from tinyjax.backends.tinygrad.linalg import _norm
-from tinyjax.backends.tinygrad.table import register
+from tinyjax.backends.tinygrad.linalg import (Pair, _abs, _adjoint, _at, _cat, _conj, _div, _is_pair, _matmul, _mul,
+                                              _nan, _norm, _real, _tensors, _where, _zeros, real_and_complex)
 
 # A safety net, never reached in the measurements above: every sweep of a converging run rotates something, and the
 # criteria below are met after at most ~20 sweeps for n <= 64.
@@ -86,7 +88,7 @@ def _ring_shift(x, axis: int):
   if size <= 2:
     return x
   part = lambda start, end: x.shrink(tuple((start, end) if i == axis % x.ndim else None for i in range(x.ndim)))
-  return Tensor.cat(part(0, 1), part(size - 1, size), part(1, size - 1), dim=axis)
+  return _cat([part(0, 1), part(size - 1, size), part(1, size - 1)], dim=axis)
 
 
 def _tangent(app, aqq, apq):
@@ -101,13 +103,26 @@ def _tangent(app, aqq, apq):
   return fm.div((tau < 0).where(-twice, twice), nonzero.where(tau_size + hypot, 1))
 
 
-def _pair_rotations(t, rotates):
-  """cos and sin per pair (shaped like t), and the factors C, S per ring position (the pair's top and bottom):
-  a round's new row (or column) at position i is C_i row_i + S_i row_{N-1-i}."""
+def _off_diagonal(apq, rotates):
+  """|apq| and apq's phase apq / |apq| (1 where the pair does not rotate) for a complex apq; apq and None (a phase of
+  1) for a real one, whose rotations take its sign in the tangent."""
+  if not _is_pair(apq):
+    return apq, None
+  size = _abs(apq)
+  divisor = rotates.where(size, 1)  # NB: no division by zero even where masked (WGSL)
+  return size, Pair(rotates.where(fm.div(apq.re, divisor), 1), rotates.where(fm.div(apq.im, divisor), 0))
+
+
+def _pair_rotations(t, rotates, phase=None):
+  """cos and sin per pair (shaped like t), and the factors C, S per ring position (the pair's top p and bottom q):
+  a round's new column at position i is C_i col_i + S_i col_{N-1-i}, its new row conj(C_i) row_i + conj(S_i)
+  row_{N-1-i}. With the phase e of a complex a_pq = |a_pq| e, the rotation is the real one of |a_pq| after scaling
+  column q by conj(e) (row q by e): new col_p = c col_p - s conj(e) col_q, new col_q = s col_p + c conj(e) col_q."""
   t = rotates.where(t, 0)
   c = fm.div(1, (1 + t * t).sqrt())
   s = t * c
-  return t, (c.cat(c.flip(-1), dim=-1), (-s).cat(s.flip(-1), dim=-1))
+  turn = 1 if phase is None else _conj(phase)
+  return t, (_cat([c, _mul(c, turn).flip(-1)], dim=-1), _cat([_mul(-s, turn), s.flip(-1)], dim=-1))
 
 
 def _eigh_round(a, v, rotated, tiny):
@@ -116,22 +131,25 @@ def _eigh_round(a, v, rotated, tiny):
   each on the ring's next round, realized."""
   size = a.shape[-1]
   half = size // 2
-  diagonal = a.diagonal(dim1=-2, dim2=-1)
+  diagonal = _real(a.diagonal(dim1=-2, dim2=-1))
   app, aqq = diagonal[..., :half], diagonal.flip(-1)[..., :half]
   apq = a.flip(-1).diagonal(dim1=-2, dim2=-1)[..., :half]  # a[i, N-1-i]
-  rotates = fb.fabs(apq) > tiny
-  t, (c, s) = _pair_rotations(_tangent(app, aqq, apq), rotates)
-  ci, si, cj, sj = c.unsqueeze(-1), s.unsqueeze(-1), c.unsqueeze(-2), s.unsqueeze(-2)
-  # NB: summed as (1 + 4) + (2 + 3), a form symmetric in the row and the column: `a` stays exactly symmetric
-  rotated_a = (ci * cj * a + si * sj * a.flip(-1).flip(-2)) + (ci * sj * a.flip(-1) + si * cj * a.flip(-2))
+  rotates = _abs(apq) > tiny
+  apq, phase = _off_diagonal(apq, rotates)
+  t, (c, s) = _pair_rotations(_tangent(app, aqq, apq), rotates, phase)
+  ci, si, cj, sj = _conj(c).unsqueeze(-1), _conj(s).unsqueeze(-1), c.unsqueeze(-2), s.unsqueeze(-2)
+  # NB: summed as (1 + 4) + (2 + 3), a form symmetric in the row and the column, each coefficient formed before it
+  # multiplies: `a` stays exactly symmetric (Hermitian)
+  rotated_a = ((_mul(_mul(ci, cj), a) + _mul(_mul(si, sj), a.flip(-1).flip(-2)))
+               + (_mul(_mul(ci, sj), a.flip(-1)) + _mul(_mul(si, cj), a.flip(-2))))
   shift = t * apq
   new_diagonal = diagonal + (-shift).cat(shift.flip(-1), dim=-1)
   rows, cols = arange(size).reshape(size, 1), arange(size).reshape(1, size)
-  rotated_a = (rows == cols).where(new_diagonal.unsqueeze(-2), (rows + cols == size - 1).where(0, rotated_a))
+  rotated_a = _where(rows == cols, new_diagonal.unsqueeze(-2), _where(rows + cols == size - 1, 0, rotated_a))
   out = [_ring_shift(_ring_shift(rotated_a, -1), -2).contiguous(),
-         _ring_shift(v * cj + v.flip(-1) * sj, -1).contiguous(),
+         _ring_shift(_mul(v, cj) + _mul(v.flip(-1), sj), -1).contiguous(),
          rotated.maximum(rotates.max(-1, keepdim=True).cast(rotated.dtype)).contiguous()]
-  Tensor.realize(*out)
+  _realize(out)
   return out
 
 
@@ -143,17 +161,26 @@ def _svd_round(w, *rest, tolerance: float):
   *q, rotated, negligible = rest
   size = w.shape[-1]
   half = size // 2
-  norms = (w * w).sum(-2)
-  dots = (w * w.flip(-1)).sum(-2)[..., :half]
+  norms = _real(_mul(_conj(w), w)).sum(-2)
+  dots = _mul(_conj(w), w.flip(-1)).sum(-2)[..., :half]  # w_p^H w_q
   alpha, beta = norms[..., :half], norms.flip(-1)[..., :half]
-  rotates = fb.fabs(dots) > tolerance * alpha.sqrt() * beta.sqrt()
+  rotates = _abs(dots) > tolerance * alpha.sqrt() * beta.sqrt()
   live = (alpha > negligible) & (beta > negligible)
-  _, (c, s) = _pair_rotations(_tangent(alpha, beta, dots), rotates)
+  dots, phase = _off_diagonal(dots, rotates)
+  _, (c, s) = _pair_rotations(_tangent(alpha, beta, dots), rotates, phase)
   c, s = c.unsqueeze(-2), s.unsqueeze(-2)
-  out = [_ring_shift(x * c + x.flip(-1) * s, -1).contiguous() for x in (w, *q)]
+  out = [_ring_shift(_mul(x, c) + _mul(x.flip(-1), s), -1).contiguous() for x in (w, *q)]
   out.append(rotated.maximum((rotates & live).max(-1, keepdim=True).cast(rotated.dtype)).contiguous())
-  Tensor.realize(*out)
+  _realize(out)
   return out
+
+
+def _realize(out: list):
+  """Realizes a round's results: the real ones and the real parts, then the imaginary parts. NB: realized all at once,
+  a complex round's results make kernels whose buffer slots the CL runtime misreads (IndexError in ops_cl)."""
+  Tensor.realize(*[_real(x) for x in out])
+  if _is_pair(*out):
+    Tensor.realize(*[x.im for x in out if _is_pair(x)])
 
 
 @functools.lru_cache(maxsize=32)
@@ -162,9 +189,21 @@ def _round_jit(round_fn, device: str, shapes: tuple, dtype):
   return TinyJit(round_fn)
 
 
+@functools.lru_cache(maxsize=None)
+def _on_parts(round_fn, count: int):
+  """round_fn of `count` complex matrices (Pairs) as a function of their parts (TinyJit captures Tensors)."""
+  def run(*args):
+    out = round_fn(*[Pair(args[2 * i], args[2 * i + 1]) for i in range(count)], *args[2 * count:])
+    return _tensors(out)
+  return run
+
+
 def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
   """Sweeps of N-1 rounds of round_fn(*matrices, rotated, *extra) -> [*matrices, rotated] until a sweep rotates
-  nothing, or MAX_SWEEPS; returns the matrices, each a buffer of its own."""
+  nothing, or MAX_SWEEPS; returns the matrices, each a buffer of its own (complex ones as Pairs)."""
+  if _is_pair(*matrices):
+    parts = _sweeps(_on_parts(round_fn, len(matrices)), device, _tensors(matrices), extra)
+    return [Pair(parts[2 * i], parts[2 * i + 1]) for i in range(len(matrices))]
   size = matrices[0].shape[-1]
   matrices = _distinct_buffers(device, matrices)
   extra = _distinct_buffers(device, extra, taken=matrices)
@@ -193,6 +232,8 @@ def _svd_round_for(tolerance: float):
 # --- before and after the sweeps
 def _nonfinite(x, axes=(-2, -1)):
   """Where x has a NaN or an infinity along `axes` (kept, size 1)."""
+  if _is_pair(x):
+    return _nonfinite(x.re, axes) | _nonfinite(x.im, axes)
   bad = fb.isnan(x) | (fb.fabs(x) == math.inf)
   for axis in axes:
     bad = bad.max(axis, keepdim=True)
@@ -202,7 +243,7 @@ def _nonfinite(x, axes=(-2, -1)):
 def _power_of_two_scale(x):
   """2^floor(log2(max |x|)) per matrix (batch + (1, 1)), at least the smallest normal number: dividing by it is exact,
   and brings the largest entry into [1, 2), so that no square in the rotations overflows or underflows."""
-  largest = fb.fabs(x).max(-1, keepdim=True).max(-2, keepdim=True)
+  largest = _abs(x).max(-1, keepdim=True).max(-2, keepdim=True)
   exponent_bits = fb.bits(largest) & fb.typed(fb.bits(largest), _exponent_mask(x.dtype))
   scale = exponent_bits.bitcast(x.dtype)
   return (scale == 0).where(float(np.finfo(_to_np_dtype(x.dtype)).tiny), scale)
@@ -231,24 +272,31 @@ def _reorder(x, order):
 
 def _reorder_columns(x, order):
   """A matrix's columns (batch + (R, n)) moved by `order`, bit for bit."""
+  if _is_pair(x):
+    return Pair(_reorder_columns(x.re, order), _reorder_columns(x.im, order))
   return pick(order.unsqueeze(-3), x.unsqueeze(-1), -2, _to_np_dtype(x.dtype))
 
 
 def _sign_of_largest(x):
-  """Per column of x (batch + (R, n)): -1 where its first entry of largest magnitude is negative, else 1 (the sign
-  rule of the vectors, batch + (1, n))."""
+  """Per column of x (batch + (R, n)), the factor that makes its first entry of largest magnitude real and positive
+  (the sign rule of the vectors, batch + (1, n)): -1 where that entry is negative, else 1; for a complex x, its
+  conjugate phase (1 for a zero column)."""
   rows = x.shape[-2]
-  size = fb.fabs(x)
+  size = _abs(x)
   position = arange(rows).reshape(rows, 1)
   first = (size == size.max(-2, keepdim=True)).where(position, rows).min(-2, keepdim=True)
-  largest = pick(position == first, x, -2, _to_np_dtype(x.dtype)).unsqueeze(-2)
-  return (largest < 0).where(-1, 1).cast(x.dtype)
+  largest = _at(position == first, x, -2)
+  if not _is_pair(x):
+    return (largest < 0).where(-1, 1).cast(x.dtype)
+  magnitude = _at(position == first, size, -2)
+  zero = magnitude == 0
+  return _where(zero, 1, _div(_conj(largest), zero.where(1, magnitude)))
 
 
 def _unit_columns(x):
   """x's columns scaled to norm 1 (zero columns stay)."""
   norm = _norm(x, -2)
-  return fm.div(x, (norm == 0).where(1, norm))
+  return _div(x, (norm == 0).where(1, norm))
 
 
 def _jacobi_eigh(a, device: str):
@@ -261,11 +309,11 @@ def _jacobi_eigh(a, device: str):
   n = a.shape[-1]
   padded = _pad_to_even(a, (-2, -1))
   size = padded.shape[-1]
-  eye = (arange(size).reshape(size, 1) == arange(size)).cast(a.dtype).expand(*padded.shape)
-  tiny = (_eps(a) * fb.fabs(a).max(-1).max(-1, keepdim=True))
+  eye = _identity(padded.shape, a)
+  tiny = (_eps(a) * _abs(a).max(-1).max(-1, keepdim=True))
   _, v = _sweeps(_eigh_round, device, [padded, eye], [tiny])
   v = _unit_columns(v[..., :n, :n])
-  return (v * (a @ v)).sum(-2), v
+  return _real(_mul(_conj(v), _matmul(a, v))).sum(-2), v
 
 
 def _eigh_sorted(a, device: str):
@@ -273,37 +321,39 @@ def _eigh_sorted(a, device: str):
   w, v = _jacobi_eigh(a, device)
   order = _order(w, descending=False)
   v = _reorder_columns(v, order)
-  return _reorder(w, order), v * _sign_of_largest(v)
+  return _reorder(w, order), _mul(v, _sign_of_largest(v))
 
 
-@register("eigh", host_sync=True)
+@real_and_complex("eigh", host_sync=True)
 def _eigh(ctx, a, *, lower, sort_eigenvalues, subset_by_index, algorithm):
-  """The eigenvalues ascending and the eigenvectors of the symmetric matrix whose `lower` (or upper) triangle `a`
-  holds (the other is not read). Returns [v, w] (the primitive's order)."""
+  """The eigenvalues ascending and the eigenvectors of the symmetric (Hermitian) matrix whose `lower` (or upper)
+  triangle `a` holds (the other is not read; nor, as LAPACK's heevd, the imaginary part of its diagonal). Returns
+  [v, w] (the primitive's order)."""
   v_aval, w_aval = ctx.out_avals
   *batch, n, _ = a.shape
   if 0 in a.shape:
-    return [Tensor.zeros(*v_aval.shape, dtype=a.dtype, device=ctx.device),
-            Tensor.zeros(*w_aval.shape, dtype=a.dtype, device=ctx.device)]
+    return [_zeros(v_aval.shape, a, ctx.device), Tensor.zeros(*w_aval.shape, dtype=a.dtype, device=ctx.device)]
   rows, cols = arange(n).reshape(n, 1), arange(n).reshape(1, n)
   read = (rows >= cols) if lower else (rows <= cols)
   # (the rule realizes its work anyway: its results' expressions start here, never deeper than depth.py's bound)
-  triangle = read.where(a, 0).contiguous()
+  triangle = _where(read, a, 0).contiguous()
   bad = _nonfinite(triangle)
-  symmetric = bad.where(0, (rows == cols).where(triangle, triangle + triangle.transpose(-1, -2)))
+  symmetric = _where(bad, 0, _where(rows == cols, _real(triangle), triangle + _adjoint(triangle)))
   scale = _power_of_two_scale(symmetric)
-  w, v = _eigh_sorted(fm.div(symmetric, scale), ctx.device)
+  w, v = _eigh_sorted(_div(symmetric, scale), ctx.device)
   w = w * scale.reshape(*batch, 1)
   if subset_by_index is not None:
     start, end = subset_by_index
     w, v = w[..., start:end], v[..., start:end]
-  return [bad.where(math.nan, v), bad.reshape(*batch, 1).where(math.nan, w)]
+  return [_where(bad, _nan(v), v), bad.reshape(*batch, 1).where(math.nan, w)]
 
 
-def _identity(shape, dtype):
-  """The identity matrices (their leading columns, for a tall shape) broadcast to `shape` (batch + (R, k))."""
+def _identity(shape, like):
+  """The identity matrices (their leading columns, for a tall shape) broadcast to `shape` (batch + (R, k)), real or
+  complex as `like`."""
   rows, cols = shape[-2:]
-  return (arange(rows).reshape(rows, 1) == arange(cols).reshape(1, cols)).cast(dtype).expand(*shape)
+  eye = (arange(rows).reshape(rows, 1) == arange(cols).reshape(1, cols)).cast(like.dtype).expand(*shape)
+  return Pair(eye, eye.zeros_like()) if _is_pair(like) else eye
 
 
 def _complete(y, live, device: str):
@@ -315,12 +365,12 @@ def _complete(y, live, device: str):
   eigenvalues are exactly 1. The eigenvectors z of the k - r largest give orthonormal P C z / |P C z| there, and
   sorted ascending they are the last k - r: the positions of the columns that are not live."""
   rows, k = y.shape[-2:]
-  top = y[..., :k, :]  # M^T: C's rows of y
-  g = _identity(top.shape, y.dtype) - top @ top.transpose(-1, -2)
+  top = y[..., :k, :]  # M^H: C's rows of y
+  g = _identity(top.shape, y) - _matmul(top, _adjoint(top))
   _, z = _eigh_sorted(g, device)
   candidates = z.pad(((0, 0),) * (z.ndim - 2) + ((0, rows - k), (0, 0))) if rows > k else z
-  p = candidates - y @ (top.transpose(-1, -2) @ z)
-  return live.where(y, fm.div(p, _norm(p, -2)))
+  p = candidates - _matmul(y, _matmul(_adjoint(top), z))
+  return _where(live, y, _div(p, _norm(p, -2)))
 
 
 def _empty_svd(ctx, a, full_matrices: bool, compute_uv: bool) -> list:
@@ -329,12 +379,11 @@ def _empty_svd(ctx, a, full_matrices: bool, compute_uv: bool) -> list:
   outs = [Tensor.zeros(*ctx.out_avals[0].shape, dtype=a.dtype, device=ctx.device)]
   if compute_uv:
     for aval in ctx.out_avals[1:]:
-      outs.append(_identity(aval.shape, a.dtype).contiguous() if full_matrices
-                  else Tensor.zeros(*aval.shape, dtype=a.dtype, device=ctx.device))
+      outs.append(_identity(aval.shape, a).contiguous() if full_matrices else _zeros(aval.shape, a, ctx.device))
   return outs
 
 
-@register("svd", host_sync=True)
+@real_and_complex("svd", host_sync=True)
 def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
   """Singular values descending, and with compute_uv U and V^T, by one-sided Jacobi on the columns of A (or A^T).
   Returns [s, u, vt] or [s] (the primitive's order).
@@ -348,22 +397,22 @@ def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
     return _empty_svd(ctx, a, full_matrices, compute_uv)
   a = a.contiguous()  # (the rule realizes its work anyway: its results' expressions start here)
   bad = _nonfinite(a)
-  scale = _power_of_two_scale(bad.where(0, a))
-  x = fm.div(bad.where(0, a), scale)
+  scale = _power_of_two_scale(_where(bad, 0, a))
+  x = _div(_where(bad, 0, a), scale)
   wide = compute_uv and full_matrices and m != n
   transposed = (m < n) != wide
-  x = x.transpose(-1, -2) if transposed else x
+  x = _adjoint(x) if transposed else x
   rows, cols = x.shape[-2:]
   eps = _eps(x)
-  norm = (x * x).sum(-1).sum(-1, keepdim=True).sqrt()  # |X|_F, batch + (1,)
+  norm = _real(_mul(_conj(x), x)).sum(-1).sum(-1, keepdim=True).sqrt()  # |X|_F, batch + (1,)
   negligible = (NEGLIGIBLE * eps * norm).square()
   work = [_pad_to_even(x, (-1,))]
-  work.append(_identity(batch + [work[0].shape[-1]] * 2, x.dtype))
+  work.append(_identity(batch + [work[0].shape[-1]] * 2, x))
   w, q = _sweeps(_svd_round_for(math.sqrt(rows) * eps), ctx.device, work, [negligible])
   w, q = w[..., :cols], _unit_columns(q[..., :cols, :cols])
   # NB: sigma_j = |X q_j| for the normalized q_j, not |w_j|: w carries the rounding of every rotation (~15 eps
   # relative at n = 30-60, 40 at 64), X q_j one product's and the square of q's error (~0.5 eps, LAPACK's)
-  sigma = _norm(x @ q, -2).squeeze(-2)
+  sigma = _norm(_matmul(x, q), -2).squeeze(-2)
   order = _order(sigma, descending=True)
   sigma = _reorder(sigma, order)
   flat_bad = bad.reshape(*batch, 1)
@@ -375,13 +424,13 @@ def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
   w = _reorder_columns(w, order)[..., :k]
   q = _reorder_columns(q, order)
   live = sigma[..., :k].unsqueeze(-2) > NEGLIGIBLE * eps * norm.unsqueeze(-1)
-  y = live.where(_unit_columns(w), 0)
+  y = _where(live, _unit_columns(w), 0)
   if not live.min().item():  # a (numerically) rank-deficient member: its vectors for the zero singular values
     y = _complete(y, live, ctx.device).contiguous()
   u, v = (q, y) if transposed else (y, q)
   sign_u, sign_v = _sign_of_largest(u), _sign_of_largest(v)
-  u, v = u * sign_u, v * sign_u[..., :k].cat(sign_v[..., k:], dim=-1)
+  u, v = _mul(u, sign_u), _mul(v, _cat([sign_u[..., :k], sign_v[..., k:]], dim=-1))
   if not full_matrices:
     u, v = u[..., :k], v[..., :k]
-  vt = v.transpose(-1, -2)
-  return [s[..., start:end], bad.where(math.nan, u[..., start:end]), bad.where(math.nan, vt[..., start:end, :])]
+  vt = _adjoint(v)
+  return [s[..., start:end], _where(bad, _nan(u), u[..., start:end]), _where(bad, _nan(vt), vt[..., start:end, :])]

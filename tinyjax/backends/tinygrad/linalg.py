@@ -1,7 +1,10 @@
 """Linear algebra as XLA's CPU backend computes it: cholesky, triangular_solve, lu and lu_pivots_to_permutation
 (LAPACK's potrf, trsm and getrf); the Householder family: qr (geqrf, or geqp3 with pivoting, then orgqr, as JAX's
 lowering builds it), geqrf, householder_product (orgqr), ormqr and hessenberg (gehrd); and cholesky_update and
-symmetric_product (JAX's own formulas on CPU).
+symmetric_product (JAX's own formulas on CPU). All but the last two take complex matrices too (LAPACK's z/c
+routines: L L^H, conjugate_a, izamax's |re| + |im| pivots, reflectors I - tau v v^H with a complex tau and a real
+beta), written once for both: a complex operand is a `Pair` of real Tensors, and the arithmetic helpers below are
+the real ones for a Tensor.
 
 Each rule is a Python loop over the (static) matrix size that builds lazy tinygrad ops on whole rows and columns,
 with masks where LAPACK indexes single elements: n steps of O(n^2) work each, fine for the small matrices (n <= 64)
@@ -22,10 +25,178 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import _to_np_dtype
 
+from tinyjax.backends.tinygrad import complexmath
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad.carried import is_complex
 from tinyjax.backends.tinygrad.indexing import arange, pick
-from tinyjax.backends.tinygrad.table import register
+from tinyjax.backends.tinygrad.table import register, register_complex
+
+
+class Pair:
+  """A complex Tensor inside these rules, as its real and imaginary parts (float Tensors of one shape): each rule is
+  written once for real and complex matrices, with the arithmetic below (`_mul`, `_conj`, `_where`, `_abs`, ...), which
+  is the real one for a Tensor. Tensor methods that move or reduce entries (transpose, pad, sum, indexing, ...) apply
+  to both parts; + - * / take a Pair on the left (a Tensor on the left refuses a Pair)."""
+  __slots__ = ("re", "im")
+
+  def __init__(self, re, im):
+    self.re, self.im = re, im
+
+  @staticmethod
+  def of(z):
+    """The Pair of a complex operand as the backend carries it (float[..., 2])."""
+    return Pair(z[..., 0], z[..., 1])
+
+  def carried(self):
+    return complexmath.paired(self.re, self.im)
+
+  shape = property(lambda self: self.re.shape)
+  ndim = property(lambda self: self.re.ndim)
+  dtype = property(lambda self: self.re.dtype)
+
+  def __getattr__(self, name):
+    method = getattr(Tensor, name)
+    return lambda *args, **kwargs: Pair(method(self.re, *args, **kwargs), method(self.im, *args, **kwargs))
+
+  def __getitem__(self, index):
+    return Pair(self.re[index], self.im[index])
+
+  def __add__(self, other):
+    return Pair(self.re + other.re, self.im + other.im) if isinstance(other, Pair) else Pair(self.re + other, self.im)
+
+  def __sub__(self, other):
+    return Pair(self.re - other.re, self.im - other.im) if isinstance(other, Pair) else Pair(self.re - other, self.im)
+
+  def __rsub__(self, other):  # NB: other - (re + im j) has the imaginary part 0 - im (+0 for im = -0 as for +0)
+    return Pair(other - self.re, self.im.zeros_like() - self.im)
+
+  def __neg__(self):
+    return Pair(-self.re, -self.im)
+
+  def __mul__(self, other):
+    return _mul(self, other)
+
+  __radd__, __rmul__ = __add__, __mul__
+
+
+def _is_pair(*xs) -> bool:
+  return any(isinstance(x, Pair) for x in xs)
+
+
+def _parts(x):
+  """x's real and imaginary parts (0 for a real x)."""
+  return (x.re, x.im) if isinstance(x, Pair) else (x, 0)
+
+
+def _mul(x, y):
+  if not _is_pair(x, y):
+    return x * y
+  if not _is_pair(y):
+    return Pair(x.re * y, x.im * y)
+  if not _is_pair(x):
+    return Pair(y.re * x, y.im * x)
+  return Pair(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
+
+
+def _div(x, y):
+  """x / y, for a complex y by Smith's algorithm (complexmath.quotient)."""
+  if _is_pair(y):
+    return Pair.of(complexmath.quotient(_lift(x, y).carried(), y.carried()))
+  return Pair(fm.div(x.re, y), fm.div(x.im, y)) if _is_pair(x) else fm.div(x, y)
+
+
+def _lift(x, like):
+  """x (a Pair, Tensor or number) as a Pair of like's shape and dtype."""
+  if isinstance(x, Pair):
+    return x
+  re = x if isinstance(x, Tensor) else Tensor.full(like.shape, x, dtype=like.dtype, device=like.re.device)
+  return Pair(re, re.zeros_like())
+
+
+def _matmul(x, y):
+  if not _is_pair(x, y):
+    return x @ y
+  (a, b), (c, d) = _parts(_lift(x, y)), _parts(_lift(y, x))
+  return Pair(a @ c - b @ d, a @ d + b @ c)
+
+
+def _conj(x):
+  return Pair(x.re, -x.im) if _is_pair(x) else x
+
+
+def _adjoint(x):
+  """The conjugate transpose of a matrix (batch + (m, n)), its transpose for a real one."""
+  return _conj(x.transpose(-1, -2))
+
+
+def _real(x):
+  return x.re if _is_pair(x) else x
+
+
+def _abs(x):
+  return _hypot(x.re, x.im) if _is_pair(x) else fb.fabs(x)
+
+
+def _abs1(x):
+  """|re| + |im|: the size LAPACK's pivot searches compare for complex entries (izamax)."""
+  return fb.fabs(x.re) + fb.fabs(x.im) if _is_pair(x) else fb.fabs(x)
+
+
+def _nonzero(x):
+  return (x.re != 0) | (x.im != 0) if _is_pair(x) else x != 0
+
+
+def _where(mask, x, y):
+  if not _is_pair(x, y):
+    return mask.where(x, y)
+  (a, b), (c, d) = _parts(x), _parts(y)
+  return Pair(mask.where(a, c), mask.where(b, d))
+
+
+def _cat(xs: list, dim: int):
+  if _is_pair(*xs):
+    xs = [x if _is_pair(x) else Pair(x, x.zeros_like()) for x in xs]
+    return Pair(Tensor.cat(*[x.re for x in xs], dim=dim), Tensor.cat(*[x.im for x in xs], dim=dim))
+  return Tensor.cat(*xs, dim=dim)
+
+
+def _nan(like):
+  """NaN as a value of like's kind (NaN + NaN j for a complex one, as XLA's)."""
+  return Pair(math.nan, math.nan) if _is_pair(like) else math.nan
+
+
+def _tensors(xs: list) -> list:
+  """The Tensors of a list of Tensors and Pairs, each Pair as its two parts."""
+  return [t for x in xs for t in ((x.re, x.im) if _is_pair(x) else (x,))]
+
+
+def _zeros(shape, like, device):
+  zeros = Tensor.zeros(*shape, dtype=like.dtype, device=device)
+  return Pair(zeros, zeros) if _is_pair(like) else zeros
+
+
+def _at(mask, x, axis: int):
+  """The entry of x where `mask` holds along `axis` (the axis kept, with size 1), moved bit for bit (-0.0 too)."""
+  if _is_pair(x):
+    return Pair(_at(mask, x.re, axis), _at(mask, x.im, axis))
+  return pick(mask, x, axis, _to_np_dtype(x.dtype)).unsqueeze(axis)
+
+
+def real_and_complex(*names: str, **options):
+  """Decorator: `rule` implements the primitives `names` for real and complex operands alike: a complex operand
+  reaches it as a Pair, and a Pair it returns leaves as its carried pairs. `options` as register's."""
+  def decorate(rule):
+    register(*names, **options)(rule)
+
+    def complex_rule(ctx, *operands, **params):
+      operands = [Pair.of(x) if is_complex(aval.dtype) else x for x, aval in zip(operands, ctx.in_avals)]
+      out = rule(ctx, *operands, **params)
+      carried = lambda x: x.carried() if isinstance(x, Pair) else x
+      return [carried(x) for x in out] if isinstance(out, list) else carried(out)
+    register_complex(*names)(complex_rule)
+    return rule
+  return decorate
 
 
 def _index_grid(rows: int, cols: int):
@@ -33,45 +204,49 @@ def _index_grid(rows: int, cols: int):
   return arange(rows).reshape(rows, 1), arange(cols).reshape(1, cols)
 
 
-@register("cholesky")
+@real_and_complex("cholesky")
 def _cholesky(ctx, a):
-  """Right-looking Cholesky of the lower triangle (the upper is never read). Like LAPACK's potrf, the strict upper
-  triangle of the result is the input's; NB: XLA returns all NaN for a matrix whose factorization fails (a pivot
-  <= 0; a NaN pivot is no failure, it only propagates), so each batch member is masked by whether one failed."""
+  """Right-looking Cholesky of the lower triangle (the upper is never read): L L^H = A. As LAPACK's potrf, a pivot is
+  the real part of its diagonal entry (a Hermitian matrix's diagonal is real), and the strict upper triangle of the
+  result is the input's; NB: XLA returns all NaN for a matrix whose factorization fails (a pivot <= 0; a NaN pivot is
+  no failure, it only propagates), so each batch member is masked by whether one failed."""
   n = a.shape[-1]
   rows, cols = _index_grid(n, n)
   work, failed = a, None
   for k in range(n):
-    pivot = work[..., k:k + 1, k:k + 1]
+    pivot = _real(work[..., k:k + 1, k:k + 1])
     fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
     failed = fails if failed is None else failed | fails
     root = pivot.sqrt()
-    column = (rows == k).where(root, work[..., :, k:k + 1] / root)
+    column = _where(rows == k, root, _div(work[..., :, k:k + 1], root))
     trailing = (rows > k) & (cols > k)
-    work = ((rows >= k) & (cols == k)).where(column, trailing.where(work - column * column.transpose(-1, -2), work))
+    work = _where((rows >= k) & (cols == k), column,
+                  _where(trailing, work - _mul(column, _adjoint(column)), work))
   if failed is None:
     return a
-  return failed.where(math.nan, (rows >= cols).where(work, a))
+  return _where(failed, _nan(a), _where(rows >= cols, work, a))
 
 
-@register("triangular_solve")
+@real_and_complex("triangular_solve")
 def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
-  """op(a) x = b (left_side) or x op(a) = b, op transposing when transpose_a; only a's `lower` (or upper) triangle is
-  read, and not its diagonal when unit_diagonal. conjugate_a changes nothing: tinygrad has no complex dtypes.
-  x op(a) = b is solved as op(a)^T x^T = b^T, so everything becomes a left-side solve by substitution."""
+  """op(a) x = b (left_side) or x op(a) = b, op transposing when transpose_a and conjugating when conjugate_a (which
+  changes nothing for a real a); only a's `lower` (or upper) triangle is read, and not its diagonal when
+  unit_diagonal. x op(a) = b is solved as op(a)^T x^T = b^T, so everything becomes a left-side solve by
+  substitution."""
   m = a.shape[-1]
   rows, cols = _index_grid(m, m)
-  a = ((rows >= cols) if lower else (rows <= cols)).where(a, 0)
+  a = _where((rows >= cols) if lower else (rows <= cols), a, 0)
   if unit_diagonal:
-    a = (rows == cols).where(1, a)
+    a = _where(rows == cols, 1, a)
+  a = _conj(a) if conjugate_a else a
   transposed = transpose_a == left_side
   matrix = a.transpose(-1, -2) if transposed else a
   forward = lower != transposed  # the matrix solved with is lower triangular: substitute from the top
   x = b if left_side else b.transpose(-1, -2)
   for j in (range(m) if forward else reversed(range(m))):
-    solved = x[..., j:j + 1, :] if unit_diagonal else x[..., j:j + 1, :] / matrix[..., j:j + 1, j:j + 1]
+    solved = x[..., j:j + 1, :] if unit_diagonal else _div(x[..., j:j + 1, :], matrix[..., j:j + 1, j:j + 1])
     later = rows > j if forward else rows < j
-    x = (rows == j).where(solved, later.where(x - matrix[..., :, j:j + 1] * solved, x))
+    x = _where(rows == j, solved, _where(later, x - _mul(matrix[..., :, j:j + 1], solved), x))
   return x if left_side else x.transpose(-1, -2)
 
 
@@ -86,27 +261,27 @@ def _permutation(pivots: list, size: int, batch: tuple):
   return order
 
 
-@register("lu")
+@real_and_complex("lu")
 def _lu(ctx, a):
-  """LU with partial pivoting as LAPACK's getrf: at step k the pivot is the first row (from k on) of largest |value|
-  in column k; the multipliers are the column times the pivot's reciprocal, skipped when the pivot is 0 (a singular
-  matrix keeps its zero column). Returns [lu, pivots, permutation], the latter two int32 and 0-based."""
-  lu_aval, _, _ = ctx.out_avals
+  """LU with partial pivoting as LAPACK's getrf: at step k the pivot is the first row (from k on) of largest size
+  in column k (|value|, or |re| + |im| for a complex one, as izamax); the multipliers are the column times the
+  pivot's reciprocal, skipped when the pivot is 0 (a singular matrix keeps its zero column). Returns [lu, pivots,
+  permutation], the latter two int32 and 0-based."""
   *batch, m, n = a.shape
   rows, cols = _index_grid(m, n)
   pivots = []
   for k in range(min(m, n)):
-    size = (rows >= k).where(a[..., :, k:k + 1].abs(), -1)
+    size = (rows >= k).where(_abs1(a[..., :, k:k + 1]), -1)
     first_largest = (size == size.max(-2, keepdim=True)).where(rows, m).min(-2, keepdim=True)
     pivot_row = (first_largest == m).where(k, first_largest)  # a NaN column has no largest: keep row k
     at_pivot = rows == pivot_row
-    pivot_values = pick(at_pivot, a, -2, lu_aval.dtype).unsqueeze(-2)
-    a = (rows == k).where(pivot_values, at_pivot.where(a[..., k:k + 1, :], a))
+    a = _where(rows == k, _at(at_pivot, a, -2), _where(at_pivot, a[..., k:k + 1, :], a))
     pivot = a[..., k:k + 1, k:k + 1]
     column = a[..., :, k:k + 1]
-    multipliers = (pivot != 0).where(column * (1 / pivot), column)
+    multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
     below = rows > k
-    a = (below & (cols == k)).where(multipliers, (below & (cols > k)).where(a - multipliers * a[..., k:k + 1, :], a))
+    a = _where(below & (cols == k), multipliers,
+               _where(below & (cols > k), a - _mul(multipliers, a[..., k:k + 1, :]), a))
     pivots.append(pivot_row.reshape(*batch, 1))
   pivot_tensor = Tensor.cat(*pivots, dim=-1) if pivots else Tensor.zeros(*batch, 0, dtype=dtypes.int32,
                                                                             device=ctx.device)
@@ -122,7 +297,9 @@ def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
 def _norm(x, axis: int):
   """The Euclidean norm along `axis` (kept), scaled by the largest |entry| so that, as in LAPACK's nrm2, neither huge
   entries overflow nor tiny ones underflow. An infinite entry gives inf, or NaN with a NaN among the entries (what
-  the sum of |entries| gives)."""
+  the sum of |entries| gives). A complex x's norm is that of its parts."""
+  if _is_pair(x):
+    return _norm(x.re.cat(x.im, dim=axis), axis)
   size = fb.fabs(x)
   scale = size.max(axis, keepdim=True)  # NB: tinygrad's max skips NaN; the NaN still reaches the sum below
   infinite = scale == math.inf
@@ -148,29 +325,24 @@ def _step(j: int, device: str):
   return Tensor([[j]], dtype=dtypes.int32, device=device)
 
 
-def _at(mask, x, axis: int):
-  """The entry of x where `mask` holds along `axis` (the axis kept, with size 1), moved bit for bit (-0.0 too)."""
-  return pick(mask, x, axis, _to_np_dtype(x.dtype)).unsqueeze(axis)
-
-
 def _reflect(a, v, tau, rows, cols, j, first_col):
-  """`a` with the Householder reflector I - tau v v^T applied from the left to its columns from `first_col` on, as
+  """`a` with the Householder reflector I - tau v v^H applied from the left to its columns from `first_col` on, as
   LAPACK's larf: v is nonzero only from row j on; nothing changes when tau is 0, nor in the rows after v's last nonzero
   entry, nor in the columns after the last one with a nonzero entry in those rows (so an inf or NaN there is not
-  multiplied by a zero into NaN)."""
+  multiplied by a zero into NaN). (LAPACK's callers pass conj(tau) where they apply H^H.)"""
   from_j, columns = rows >= j, cols >= first_col
-  last_row = (from_j & (v != 0)).where(rows, j).max(-2, keepdim=True)
+  last_row = (from_j & _nonzero(v)).where(rows, j).max(-2, keepdim=True)
   in_v = from_j & (rows <= last_row)
-  v = in_v.where(v, 0)
-  last_col = (columns & (in_v & (a != 0)).max(-2, keepdim=True)).where(cols, -1).max(-1, keepdim=True)
-  w = in_v.where(v * a, 0).sum(-2, keepdim=True)
-  touched = in_v & columns & (cols <= last_col) & (tau != 0)
-  return touched.where(a - (tau * v) * w, a)
+  v = _where(in_v, v, 0)
+  last_col = (columns & (in_v & _nonzero(a)).max(-2, keepdim=True)).where(cols, -1).max(-1, keepdim=True)
+  w = _where(in_v, _mul(_conj(v), a), 0).sum(-2, keepdim=True)
+  touched = in_v & columns & (cols <= last_col) & _nonzero(tau)
+  return _where(touched, a - _mul(_mul(tau, v), w), a)
 
 
 def _reflector(packed, i, rows, cols):
   """Reflector i's vector v from below the diagonal of `packed` (v[i] = 1, zero above), shaped batch + (m, 1)."""
-  return (rows == i).where(1, (rows > i).where(_at(cols == i, packed, -1), 0))
+  return _where(rows == i, 1, _where(rows > i, _at(cols == i, packed, -1), 0))
 
 
 def _tau(taus, i):
@@ -179,19 +351,23 @@ def _tau(taus, i):
 
 
 def _householder_vector(column, top, rows):
-  """LAPACK's larfg on column[top:] (shaped batch + (m, 1)): the reflector I - tau v v^T that maps it onto beta e_top,
-  with beta = -sign(alpha) |column[top:]| (alpha = column[top], -0.0 counting as negative). Returns v (v[top] = 1,
-  meaningful from row top on), tau (shaped batch + (1, 1)) and the column as larfg leaves it: beta at top, v below
-  (the reflector's storage), the rows above unchanged. A column already zero below top gets tau = 0 and stays."""
+  """LAPACK's larfg on column[top:] (shaped batch + (m, 1)): the reflector H = I - tau v v^H with H^H column[top:] =
+  beta e_top, beta = -sign(re alpha) |column[top:]| (real; alpha = column[top], -0.0 counting as negative), and
+  tau = (beta - alpha) / beta. Returns v (v[top] = 1, meaningful from row top on), tau (shaped batch + (1, 1)) and
+  the column as larfg leaves it: beta at top, v below (the reflector's storage), the rows above unchanged. A column
+  already zero below top (and real at top) gets tau = 0 and stays."""
   at_top, below = rows == top, rows > top
   alpha = _at(at_top, column, -2)
-  x = below.where(column, 0)
+  x = _where(below, column, 0)
   x_norm = _norm(x, -2)
-  reflects = x_norm != 0  # NB: true for NaN, which then spreads as in LAPACK
-  beta = -fb.with_sign(_hypot(alpha, x_norm), alpha)
-  tau = reflects.where(fm.div(beta - alpha, beta), 0)
-  v = x * (1 / (alpha - beta))  # LAPACK scales by the reciprocal too
-  return at_top.where(1, v), tau, at_top.where(reflects.where(beta, alpha), (below & reflects).where(v, column))
+  # NB: true for NaN, which then spreads as in LAPACK; (x_norm + |im alpha| != 0: POCL miscompiles the `|` of the two
+  # tests in the kernel that stores v)
+  reflects = (x_norm + fb.fabs(alpha.im) if _is_pair(alpha) else x_norm) != 0
+  beta = -fb.with_sign(_hypot(_abs(alpha), x_norm), _real(alpha))
+  tau = _where(reflects, _div(-(alpha - beta), beta), 0)
+  v = _mul(x, _div(1, alpha - beta))  # LAPACK scales by the reciprocal too
+  return _where(at_top, 1, v), tau, _where(at_top, _where(reflects, beta, alpha),
+                                           _where(below & reflects, v, column))
 
 
 def _householder_step(a, j, rows, cols):
@@ -199,14 +375,14 @@ def _householder_step(a, j, rows, cols):
   columns after it. Returns the new `a` and tau."""
   at_col = cols == j
   v, tau, column = _householder_vector(_at(at_col, a, -1), j, rows)
-  return at_col.where(column, _reflect(a, v, tau, rows, cols, j, j + 1)), tau
+  return _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, j, j + 1)), tau
 
 
 def _taus(taus: list, batch: tuple, like, device: str):
   """The taus of each step (shaped batch + (1, 1)) as one Tensor shaped batch + (steps,)."""
   if not taus:
-    return Tensor.zeros(*batch, 0, dtype=like.dtype, device=device)
-  return Tensor.cat(*[tau.reshape(*batch, 1) for tau in taus], dim=-1)
+    return _zeros((*batch, 0), like, device)
+  return _cat([tau.reshape(*batch, 1) for tau in taus], dim=-1)
 
 
 def _geqrf(a, device: str):
@@ -244,13 +420,13 @@ def _geqp3(a, device: str):
     # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
     pivot = ((pivot == n) | fb.isnan(_at(at_i, norms, -1))).where(i, pivot)
     at_pivot = cols == pivot
-    a, order, norms, exact_norms = [at_i.where(_at(at_pivot, x, -1), at_pivot.where(_at(at_i, x, -1), x))
+    a, order, norms, exact_norms = [_where(at_i, _at(at_pivot, x, -1), _where(at_pivot, _at(at_i, x, -1), x))
                                     for x in (a, order, norms, exact_norms)]
     a, tau = _householder_step(a, i, rows, cols)
     taus.append(tau)
-    fraction = (1 - fm.div(fb.fabs(_at(rows == i, a, -2)), norms).square()).maximum(0)
+    fraction = (1 - fm.div(_abs(_at(rows == i, a, -2)), norms).square()).maximum(0)
     inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
-    recomputed = _norm((rows > i).where(a, 0), -2)
+    recomputed = _norm(_where(rows > i, a, 0), -2)
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
     update = (cols > i) & (norms != 0)
     norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
@@ -258,46 +434,52 @@ def _geqp3(a, device: str):
 
 
 def _orgqr(a, taus, device: str):
-  """The m x n matrix with orthonormal columns Q = H_0 H_1 ... H_{k-1} of the k reflectors stored below the diagonal of
+  """The m x n matrix with orthonormal (unitary) columns Q = H_0 H_1 ... H_{k-1} of the k reflectors stored below the diagonal of
   a's first k columns (with taus shaped batch + (k,)), as LAPACK's org2r: the reflectors are applied last to first
   to the identity's columns; a's entries on and above the diagonal are not read."""
   *batch, m, n = a.shape
   k = taus.shape[-1]
   rows, cols = _index_grid(m, n)
-  q = (cols >= k).where((rows == cols).cast(a.dtype), a)
+  q = _where(cols >= k, (rows == cols).cast(a.dtype), a)
   for step in reversed(range(k)):
     i = _step(step, device)
     tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
     q = _reflect(q, v, tau, rows, cols, i, i + 1)
-    q = (cols == i).where((rows > i).where(-tau * v, (rows == i).where(1 - tau, 0)), q)
+    scaled = _mul(-tau, v)
+    if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
+      scaled = _where(_nonzero(tau), scaled, 0)
+    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q)
   return q
 
 
-@register("householder_product")
+@real_and_complex("householder_product")
 def _householder_product(ctx, a, taus):
   return _orgqr(a, taus, ctx.device)
 
 
-@register("ormqr")
+@real_and_complex("ormqr")
 def _ormqr(ctx, a, taus, c, *, left, transpose):
-  """Q c, Q^T c, c Q or c Q^T with Q = H_0 H_1 ... H_{k-1}, as LAPACK's orm2r: the reflectors are applied to c one
-  by one, first to last for Q^T c (and c Q, computed as (Q^T c^T)^T), last to first for Q c."""
-  c = c if left else c.transpose(-1, -2)
+  """Q c, Q^H c, c Q or c Q^H with Q = H_0 H_1 ... H_{k-1} (transpose is the conjugate transpose for complex
+  matrices), as LAPACK's orm2r / unm2r: the reflectors are applied to c one by one, first to last as H_i^H (tau
+  conjugated) for Q^H c (and c Q, computed as (Q^H c^H)^H), last to first for Q c."""
+  c = c if left else _adjoint(c)
   rows, cols = _index_grid(*c.shape[-2:])
   reflector_cols = arange(a.shape[-1]).unsqueeze(-2)
   k = taus.shape[-1]
-  for step in (range(k) if transpose == left else reversed(range(k))):
+  adjoint = transpose == left
+  for step in (range(k) if adjoint else reversed(range(k))):
     i = _step(step, ctx.device)
-    c = _reflect(c, _reflector(a, i, rows, reflector_cols), _tau(taus, i), rows, cols, i, 0)
-  return c if left else c.transpose(-1, -2)
+    tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
+    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0)
+  return c if left else _adjoint(c)
 
 
-@register("geqrf")
+@real_and_complex("geqrf")
 def _geqrf_rule(ctx, a):
   return list(_geqrf(a, ctx.device))
 
 
-@register("hessenberg")
+@real_and_complex("hessenberg")
 def _hessenberg(ctx, a):
   """Reduction to upper Hessenberg form as LAPACK's gehd2 (gehrd's unblocked code, which it runs up to 128 rows):
   reflector j reduces column j below the subdiagonal and is applied from the right to the columns after j, then
@@ -311,13 +493,14 @@ def _hessenberg(ctx, a):
     below_j = j + 1
     at_col = cols == j
     v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
-    a = _reflect(a.transpose(-1, -2), v, tau, rows, cols, below_j, 0).transpose(-1, -2)
-    a = at_col.where(column, _reflect(a, v, tau, rows, cols, below_j, below_j))
+    # H from the right (A H = (H^H A^H)^H), then H^H from the left
+    a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
+    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j))
     taus.append(tau)
   return [a, _taus(taus, tuple(batch), a, ctx.device)]
 
 
-@register("qr")
+@real_and_complex("qr")
 def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
   """Q and R (and the column permutation, with pivoting) as JAX's lowering builds them from geqrf (or geqp3) and orgqr
   (householder_product)."""
@@ -331,7 +514,7 @@ def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
     q = _orgqr(packed, taus, ctx.device)
     packed = packed[..., :n, :]
   rows, cols = _index_grid(*packed.shape[-2:])
-  return [q, (rows <= cols).where(packed, 0), *permutation]
+  return [q, _where(rows <= cols, packed, 0), *permutation]
 
 
 @register("cholesky_update")
