@@ -260,13 +260,17 @@ class Launch:
 def launches(linear) -> list[Launch] | None:
   """The captured calls resolved once, so that a replay binds its buffers and launches with no pattern matching
   (tinygrad's run_linear matches every call and resolves every argument at each replay); None if a call is other
-  than a plain kernel on one device with no symbolic sizes (a copy, a graph), which run_linear then replays."""
+  than a plain kernel on one device with no symbolic sizes or variables but the runtime's own (a copy, a graph), which
+  run_linear then replays."""
   from tinygrad.engine.realize import get_call_arg_uops, get_runtime
   from tinygrad.uop.ops import Ops
   kernels = []
   for call in linear.src:
     program = call.src[0]
-    if program.op is not Ops.PROGRAM or program.arg.vars or not isinstance(device := call.src[1].device, str):
+    # NB: a variable the runtime binds itself (the CPU device's core_id, of a kernel split across its threads) is
+    # no symbolic size: vals() leaves it None for the runtime to fill
+    if program.op is not Ops.PROGRAM or not isinstance(device := call.src[1].device, str) or \
+        any(v.expr not in program.arg.runtimevars for v in program.arg.vars):
       return None
     params = get_call_arg_uops(call)
     args = []
