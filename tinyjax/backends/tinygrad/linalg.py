@@ -8,7 +8,11 @@ the real ones for a Tensor.
 
 Each rule is a Python loop over the (static) matrix size that builds lazy tinygrad ops on whole rows and columns,
 with masks where LAPACK indexes single elements: n steps of O(n^2) work each, fine for the small matrices (n <= 64)
-programs run these on. Batch dimensions lead, as in the primitives. The Householder rules and cholesky_update take
+programs run these on. NB: each step's result is made contiguous (a buffer): left lazy, the n steps were one graph
+that tinygrad's scheduler took minutes and gigabytes to split (a 64 x 64 cholesky: 218 s and 3 GB; 200 x 200: out of
+memory), where one kernel per step takes seconds. Not yet cholesky's: on CL (POCL) its steps made contiguous
+fail to launch (tinygrad's CL runtime reads an argument that is not there); a 200 x 200 cholesky still runs out
+of memory. Batch dimensions lead, as in the primitives. The Householder rules and cholesky_update take
 each step's index as data (`_step`), so that their steps share compiled kernels.
 The Householder rules follow LAPACK's unblocked routines, which it runs for these sizes, down to their scalar rules:
 the reflectors' signs (so Q and R agree with LAPACK's, not only up to sign), tau = 0 for a column already zero,
@@ -243,10 +247,12 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
   matrix = a.transpose(-1, -2) if transposed else a
   forward = lower != transposed  # the matrix solved with is lower triangular: substitute from the top
   x = b if left_side else b.transpose(-1, -2)
-  for j in (range(m) if forward else reversed(range(m))):
-    solved = x[..., j:j + 1, :] if unit_diagonal else _div(x[..., j:j + 1, :], matrix[..., j:j + 1, j:j + 1])
+  for step in (range(m) if forward else reversed(range(m))):
+    j = _step(step, ctx.device)
+    solved, matrix_column = _at(rows == j, x, -2), _at(cols == j, matrix, -1)
+    solved = solved if unit_diagonal else _div(solved, _at(rows == j, matrix_column, -2))
     later = rows > j if forward else rows < j
-    x = _where(rows == j, solved, _where(later, x - _mul(matrix[..., :, j:j + 1], solved), x))
+    x = _where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x)).contiguous()
   return x if left_side else x.transpose(-1, -2)
 
 
@@ -257,7 +263,7 @@ def _permutation(pivots: list, size: int, batch: tuple):
   for i, pivot in enumerate(pivots):
     at_pivot = position == pivot
     pivot_entry = pick(at_pivot, order, -1, np.int32).unsqueeze(-1)
-    order = (position == i).where(pivot_entry, at_pivot.where(order[..., i:i + 1], order))
+    order = (position == i).where(pivot_entry, at_pivot.where(order[..., i:i + 1], order)).contiguous()
   return order
 
 
@@ -281,7 +287,7 @@ def _lu(ctx, a):
     multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
     below = rows > k
     a = _where(below & (cols == k), multipliers,
-               _where(below & (cols > k), a - _mul(multipliers, a[..., k:k + 1, :]), a))
+               _where(below & (cols > k), a - _mul(multipliers, a[..., k:k + 1, :]), a)).contiguous()
     pivots.append(pivot_row.reshape(*batch, 1))
   pivot_tensor = Tensor.cat(*pivots, dim=-1) if pivots else Tensor.zeros(*batch, 0, dtype=dtypes.int32,
                                                                             device=ctx.device)
@@ -393,6 +399,7 @@ def _geqrf(a, device: str):
   taus = []
   for j in range(min(m, n)):
     a, tau = _householder_step(a, _step(j, device), rows, cols)
+    a = a.contiguous()
     taus.append(tau)
   return a, _taus(taus, tuple(batch), a, device)
 
@@ -430,6 +437,7 @@ def _geqp3(a, device: str):
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
     update = (cols > i) & (norms != 0)
     norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
+    a, order, norms, exact_norms = [x.contiguous() for x in (a, order, norms, exact_norms)]
   return a, _taus(taus, tuple(batch), a, device), order.reshape(*batch, n)
 
 
@@ -448,7 +456,7 @@ def _orgqr(a, taus, device: str):
     scaled = _mul(-tau, v)
     if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
       scaled = _where(_nonzero(tau), scaled, 0)
-    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q)
+    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q).contiguous()
   return q
 
 
@@ -470,7 +478,7 @@ def _ormqr(ctx, a, taus, c, *, left, transpose):
   for step in (range(k) if adjoint else reversed(range(k))):
     i = _step(step, ctx.device)
     tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
-    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0)
+    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0).contiguous()
   return c if left else _adjoint(c)
 
 
@@ -495,7 +503,7 @@ def _hessenberg(ctx, a):
     v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
     # H from the right (A H = (H^H A^H)^H), then H^H from the left
     a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
-    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j))
+    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)).contiguous()
     taus.append(tau)
   return [a, _taus(taus, tuple(batch), a, ctx.device)]
 
@@ -533,8 +541,8 @@ def _cholesky_update(ctx, r, w):
     reciprocal = fm.div(1, (x * x + y * y).sqrt())
     rotates = y != 0
     c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
-    r = (rows == k).where(c * row - s * w, r)
-    w = c * w + s * row
+    r = (rows == k).where(c * row - s * w, r).contiguous()
+    w = (c * w + s * row).contiguous()
   return r
 
 
