@@ -179,8 +179,9 @@ def _power(z, w):
 
 
 def _sin(z):
+  """NB: XLA's real part is never -0.0 (sin(-0.0 + 1j) is +0.0 + 1.18j)."""
   a, b = parts(z)
-  return paired(mul(sin(a), cosh(b)), mul(cos(a), sinh(b)))
+  return paired(fb.positive_zero(mul(sin(a), cosh(b))), mul(cos(a), sinh(b)))
 
 
 def _cos(z):
