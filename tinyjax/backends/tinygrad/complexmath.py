@@ -149,18 +149,7 @@ def _sqrt(z):
 
 
 def _integer_pow(z, y: int):
-  """z ** y by repeated squaring, in JAX's order (as the real rule)."""
-  result, base, n = None, z, abs(y)
-  while n:
-    if n & 1:
-      result = base if result is None else times(result, base)
-    n >>= 1
-    if n:
-      base = times(base, base)
-  one = paired(Tensor.ones_like(z[..., 0]), Tensor.zeros_like(z[..., 0]))
-  if result is None:
-    return one
-  return quotient(one, result) if y < 0 else result
+  return ew.integer_power(z, y, times, _one_like(z), quotient)
 
 
 def _power(z, w):
@@ -311,26 +300,19 @@ def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   return paired(part(x[..., 0]), part(x[..., 1]))
 
 
-@register_complex("dot_general")
-def _dot_general(ctx, lhs, rhs, **params):
+def _four_products(ctx, name, lhs, rhs, params):
+  """A bilinear primitive (dot_general, conv) of complex operands as four of real ones: (a + bi)(c + di)."""
   real_ctx = _real_ctx(ctx)
   params = dict(params, preferred_element_type=None if params.get("preferred_element_type") is None
                 else real_dtype(params["preferred_element_type"]))
   (a, b), (c, d) = parts(lhs), parts(rhs)
-  def dot(x, y):
-    return RULES["dot_general"](real_ctx, x, y, **params)
-  return paired(sub(dot(a, c), dot(b, d)), add(dot(a, d), dot(b, c)))
+  def product(x, y):
+    return RULES[name](real_ctx, x, y, **params)
+  return paired(sub(product(a, c), product(b, d)), add(product(a, d), product(b, c)))
 
 
-@register_complex("conv_general_dilated")
-def _conv_general_dilated(ctx, lhs, rhs, **params):
-  real_ctx = _real_ctx(ctx)
-  params = dict(params, preferred_element_type=None if params.get("preferred_element_type") is None
-                else real_dtype(params["preferred_element_type"]))
-  (a, b), (c, d) = parts(lhs), parts(rhs)
-  def conv(x, y):
-    return RULES["conv_general_dilated"](real_ctx, x, y, **params)
-  return paired(sub(conv(a, c), conv(b, d)), add(conv(a, d), conv(b, c)))
+for _name in ("dot_general", "conv_general_dilated"):
+  register_complex(_name)(lambda ctx, lhs, rhs, _name=_name, **params: _four_products(ctx, _name, lhs, rhs, params))
 
 
 @register_complex("pad")

@@ -203,18 +203,23 @@ def _round(x, away_from_zero: bool):
   return up.where(whole + (x > 0).where(1.0, -1.0), whole)
 
 
-def _integer_pow(x, y: int):
-  """x ** y by repeated squaring, the multiplications in JAX's order (XLA rounds each)."""
+def integer_power(x, y: int, times, one, divide):
+  """x ** y by repeated squaring with the product `times`, the multiplications in JAX's order (XLA rounds each);
+  `one` for y = 0, and 1 / x ** -y by `divide` for a negative y. (complexmath uses it with complex products.)"""
   result, base, n = None, x, abs(y)
   while n:
     if n & 1:
-      result = base if result is None else mul(result, base)
+      result = base if result is None else times(result, base)
     n >>= 1
     if n:
-      base = mul(base, base)
+      base = times(base, base)
   if result is None:
-    return x.const_like(1)
-  return _div(x.const_like(1), result) if y < 0 else result
+    return one
+  return divide(one, result) if y < 0 else result
+
+
+def _integer_pow(x, y: int):
+  return integer_power(x, y, mul, x.const_like(1), _div)
 
 
 def _power(x, y):
