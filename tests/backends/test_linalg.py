@@ -366,10 +366,14 @@ def test_complex_qr(shape, mode):
   close(lambda np_, x: np_.linalg.qr(x, mode=mode), complex_normal(shape))
 
 
-def test_complex_qr_special():
+@pytest.mark.parametrize("a", [
+  param([[[2j, 1], [0, 1], [0, 3]], [[2, 1j], [0, 1], [0, 3]]], name="complex qr", id="zero below the diagonal"),
+  param([[[1, 2], [np.nan, 1j], [1, 1]]], name="complex qr with NaN", id="NaN"),
+])
+def test_complex_qr_special(a):
   """A column zero below the diagonal but complex on it still reflects (tau != 0: beta must be real); a real one
   keeps tau = 0; NaN spreads as in LAPACK."""
-  a = np.array([[[2j, 1], [0, 1], [0, 3]], [[2, 1j], [0, 1], [0, 3]], [[1, 2], [np.nan, 1j], [1, 1]]], np.complex64)
+  a = np.array(a, np.complex64)
   close(lambda np_, x: np_.linalg.qr(x, mode="complete"), a)
   close(lambda np_, x: np_.linalg.qr(x, mode="raw"), a)
 
