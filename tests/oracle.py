@@ -82,14 +82,13 @@ def runs_on_xla_by_design(jax_fn, *args) -> bool:
   """Whether JAX's program for jax_fn(*args) has an equation tinygrad has no rule for by design: a primitive listed in
   tinyjax.backends.tinygrad.not_native, or one on complex numbers that has no complex rule yet."""
   from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
-  from tinyjax.backends.tinygrad.table import CARRIED_AS_IS, COMPLEX_RULES, LAYOUTS
-  takes_complex = COMPLEX_RULES.keys() | LAYOUTS.keys() | CARRIED_AS_IS
+  from tinyjax.backends.tinygrad.table import takes_complex
 
   def by_design(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
       dtypes = [v.aval.dtype for v in eqn.invars + eqn.outvars if hasattr(v.aval, "dtype")]
       complex_ = any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes)
-      if (eqn.primitive.name in NOT_YET_NATIVE or complex_ and eqn.primitive.name not in takes_complex
+      if (eqn.primitive.name in NOT_YET_NATIVE or complex_ and not takes_complex(eqn.primitive.name)
               or any(map(by_design, jax.extend.core.jaxprs_in_params(eqn.params)))):
         return True
     return False

@@ -9,7 +9,7 @@ import jax.extend.core.primitives as jax_primitives
 
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.plan import missing_rule
-from tinyjax.backends.tinygrad.table import CARRIED_AS_IS, COMPLEX_RULES, LAYOUTS, RULES
+from tinyjax.backends.tinygrad.table import RULES, takes_complex
 from tinyjax.ir.program import CALL_PARAMS
 
 
@@ -31,7 +31,7 @@ def rows() -> list[Row]:
   table = []
   for name in sorted(names):
     if missing_rule(name) is None:
-      table.append(Row(name, "native", "", name in COMPLEX_RULES or name in LAYOUTS or name in CARRIED_AS_IS))
+      table.append(Row(name, "native", "", takes_complex(name)))
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))
     else:

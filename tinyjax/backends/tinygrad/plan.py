@@ -11,7 +11,8 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax.backends import xla
 from tinyjax.backends.tinygrad import carried
-from tinyjax.backends.tinygrad.table import CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES, uses_host_sync
+from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES, takes_complex,
+                                             uses_host_sync)
 from tinyjax.ir import keys
 from tinyjax.ir.program import program_of
 
@@ -35,7 +36,7 @@ def why_not(eqn, supports_dtype, exporting: bool = False) -> str | None:
   if any(lacks(a.dtype) for a in eqn.in_avals + eqn.out_avals):
     lacking = {str(a.dtype) for a in eqn.in_avals + eqn.out_avals if lacks(a.dtype)}
     return f"{', '.join(sorted(lacking))}: a dtype the device lacks"
-  if not (takes_carried or eqn.name in COMPLEX_RULES if carried.carries(eqn) else eqn.name in RULES):
+  if not (takes_complex(eqn.name) if carried.carries(eqn) else eqn.name in RULES):
     dtypes = {str(a.dtype) for a in eqn.in_avals + eqn.out_avals if carried.is_complex(a.dtype)}
     return f"no tinygrad rule for {', '.join(sorted(dtypes)) or 'real'} operands"
   # a control-flow rule runs its sub-jaxprs here, an expanded primitive its expansion: unless they are wholly

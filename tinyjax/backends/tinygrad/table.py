@@ -71,6 +71,11 @@ def layout(*names: str):
   return decorate
 
 
+def takes_complex(name: str) -> bool:
+  """Whether the primitive `name` runs natively on complex operands (docs/primitives.md's complex column)."""
+  return name in COMPLEX_RULES or name in LAYOUTS or name in CARRIED_AS_IS
+
+
 def register_complex(*names: str):
   """Decorator: `rule` implements the primitives `names` for complex operands, given as (real, imaginary) pairs
   (float[..., 2]); ctx has the equation's complex avals. RULES' rule for the name serves real operands."""
