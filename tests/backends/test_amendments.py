@@ -93,3 +93,24 @@ def test_lowering_goes_through_the_program_cache():
   assert ops_cpu.do_to_program is codegen.do_to_program
   assert codegen.do_to_program.__code__.co_filename == program_cache.__file__
   assert list(inspect.signature(codegen.do_compile).parameters) == ["ctx", "prg", "source"]
+
+
+def test_a_kernel_that_drops_one_of_its_buffers():
+  """A complex cholesky's step compiles to a kernel whose parameters skip a buffer (data0..data3, data5..data7 on CL):
+  tinygrad's CL runtime took its arguments by the parameters' numbers and raised IndexError at launch."""
+  import jax
+  import tinyjax
+  import tinyjax.numpy as tnp
+  rng = np.random.default_rng(0)
+  x = (rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))).astype(np.complex64)
+  a = x @ x.conj().T + 3 * np.eye(3, dtype=np.complex64)
+  check(lambda np_, m: (tinyjax if np_ is tnp else jax).lax.linalg.cholesky(m, symmetrize_input=False), a,
+        rtol=2e-6, atol=1e-6)
+
+
+def test_cl_arguments_are_read_by_position():
+  class Program:
+    def __init__(self):
+      self.signature = (("data0", 0, dtypes.float32, (4,)), ("data2", 2, dtypes.float32, (4,)), ("n", 3, dtypes.int32, ()))
+  amended = type("Amended", (Program,), {"__init__": amendments._position(Program.__init__)})
+  assert [slot for _, slot, _, _ in amended().signature] == [0, 1, 2]

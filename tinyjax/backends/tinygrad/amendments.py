@@ -1,6 +1,6 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered
+its compile cache shared across threads, its CL runtime's arguments, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered
 programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -218,6 +218,29 @@ def _keep_lowered_programs() -> None:
     ops_cpu.do_to_program = lower
 
 
+def _position(program_init):
+  def init(self, *args, **kwargs):
+    program_init(self, *args, **kwargs)
+    self.signature = tuple((name, position, dtype, shape)
+                           for position, (name, _, dtype, shape) in enumerate(self.signature))
+  return init
+
+
+def _number_cl_arguments_by_position() -> None:
+  """Pass a CL kernel its i-th argument from the i-th buffer (or value) it is called with.
+
+  NB: tinygrad 0.14's CL runtime took argument i from the buffers at the parameter's *slot*, its number among the
+  kernel's buffers before some were dropped, while it is called with only the buffers the kernel keeps (in order):
+  a kernel that dropped one (a complex cholesky's step on CL: data0..data3, data5..data7) raised IndexError at launch.
+  The other runtimes (CUDA, Metal's values) read the signature by position, as this does.
+  """
+  try:
+    from tinygrad.runtime import ops_cl
+  except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
+    return
+  ops_cl.CLProgram.__init__ = _position(ops_cl.CLProgram.__init__)
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -244,5 +267,6 @@ def amend() -> None:
     _keep_exact_alternatives()
     _share_compile_cache_across_threads()
     _keep_lowered_programs()
+    _number_cl_arguments_by_position()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True
