@@ -292,7 +292,8 @@ def test_scipy_hessenberg():
 
 
 # --- rank-1 Cholesky update and the symmetric product (JAX's own formulas on CPU)
-@pytest.mark.parametrize("w", [[-0.5, -0.3, 0.4, 1.0], [0, 1, 0, 2], [1, np.nan, 0, 0]],
+@pytest.mark.parametrize("w", [[-0.5, -0.3, 0.4, 1.0], [0, 1, 0, 2],
+                               param([1, np.nan, 0, 0], name="cholesky_update with NaN", id="NaN")],
                          ids=["dense", "zeros: no rotation", "NaN"])
 def test_cholesky_update(w):
   r = np.linalg.cholesky(positive_definite((4, 4))).T.astype(np.float32)
