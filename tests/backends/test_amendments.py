@@ -114,3 +114,27 @@ def test_cl_arguments_are_read_by_position():
       self.signature = (("data0", 0, dtypes.float32, (4,)), ("data2", 2, dtypes.float32, (4,)), ("n", 3, dtypes.int32, ()))
   amended = type("Amended", (Program,), {"__init__": amendments._position(Program.__init__)})
   assert [slot for _, slot, _, _ in amended().signature] == [0, 1, 2]
+
+
+def test_synchronize_is_tinygrads_with_views_made_once():
+  """amendments._synchronize is tinygrad's HCQ synchronize with its signal views made once per device: tinygrad's
+  still reads those two signals and waits for the timeline to reach the value's count."""
+  from tinygrad.runtime.support import hcq2
+  source = inspect.getsource(hcq2)
+  assert 'sig = self.signal("timeline")._buf.cpu_view().view(fmt=\'Q\')' in source
+  assert 'tl = self.signal("value", 1, device="CPU")._buf.cpu_view().view(fmt=\'Q\')' in source
+  assert "self._wait_signal(sig, tl[0] - 1, timeout)" in source
+  assert hcq2.HCQ2Compiled.synchronize is amendments._synchronize
+
+
+def test_block_until_ready_waits_for_each_call():
+  """A chain of jitted calls, each result waited for and then read: every wait saw its call's kernels finish."""
+  import jax
+  import tinyjax
+  import tinyjax.numpy as tnp
+  f = lambda x: x * 1.5 + 1.0  # noqa: E731
+  step, jax_step = tinyjax.jit(f), jax.jit(f)
+  x = expected = np.arange(4096, dtype=np.float32)
+  for _ in range(8):
+    x, expected = step(x).block_until_ready(), jax_step(expected).block_until_ready()
+  np.testing.assert_array_equal(np.asarray(x), np.asarray(expected))

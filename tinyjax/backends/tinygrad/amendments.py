@@ -1,7 +1,7 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, its CL runtime's arguments, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered
-programs kept on disk (program_cache.py).
+its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize, its kernel
+heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
@@ -241,6 +241,31 @@ def _number_cl_arguments_by_position() -> None:
   ops_cl.CLProgram.__init__ = _position(ops_cl.CLProgram.__init__)
 
 
+def _synchronize(self, timeout=None):
+  from tinygrad.device import Device
+  from tinygrad.runtime.support import hcq2
+  if hcq2.HCQ_RUNTIME_DEV.value != self.device:
+    Device[hcq2.HCQ_RUNTIME_DEV.value].synchronize()
+  views = self.__dict__.get("_tinyjax_signal_views")
+  if views is None:  # NB: `signal` is cached per device: its buffers live as long as the device
+    views = self._tinyjax_signal_views = (self.signal("timeline")._buf.cpu_view().view(fmt="Q"),
+                                          self.signal("value", 1, device="CPU")._buf.cpu_view().view(fmt="Q"))
+  timeline, value = views
+  self._wait_signal(timeline, value[0] - 1, timeout)
+  if self.prof_ents:
+    self.collect_prof()
+
+
+def _synchronize_with_views_made_once() -> None:
+  """Wait for an HCQ device (tinygrad's CPU device) through views of its two signals made once.
+
+  NB: tinygrad 0.14 made both views again at every synchronize: 4 of its 4.5 us, more than the launch of a small
+  program (every block_until_ready of a jitted call's result waits so).
+  """
+  from tinygrad.runtime.support import hcq2
+  hcq2.HCQ2Compiled.synchronize = _synchronize
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -268,5 +293,6 @@ def amend() -> None:
     _share_compile_cache_across_threads()
     _keep_lowered_programs()
     _number_cl_arguments_by_position()
+    _synchronize_with_views_made_once()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True

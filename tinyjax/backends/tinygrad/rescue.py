@@ -41,6 +41,7 @@ class Rescuable:
     self.on_xla = None  # the program compiled by XLA, once rescued
 
   def __call__(self, inputs):
+    self.backend.idle = False
     if self.on_xla is not None:
       return self._run_on_xla(inputs)
     # NB: a replay by the launcher makes no kernel: no kernel context (entering tinygrad's parses its DEV setting)
