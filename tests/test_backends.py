@@ -274,6 +274,33 @@ def test_report_accumulates_over_the_process():
   assert tinyjax.report().primitives[("xla", "tridiagonal_solve")] == before + 2
 
 
+def test_report_counts_every_run_when_read_now_and_then():
+  """Runs are counted by placement and added up when the report is read: reads between runs, a scope open over some
+  of them, and more distinct placements than are kept between two reads all give each run's counts."""
+  from tinyjax.core import report as report_module
+  step = tinyjax.jit(lambda x: tnp.sin(x) * 2 + 1)
+  x = tnp.ones(4)
+  step(x).block_until_ready()
+  start = tinyjax.report()
+  flushes, sines = start.flushes, start.primitives[("tinygrad", "sin")]
+  with report_module.collecting() as scope:
+    for i in range(5):
+      step(x).block_until_ready()
+      assert tinyjax.report().flushes == flushes + i + 1
+  for _ in range(3):
+    step(x).block_until_ready()
+  assert tinyjax.report().primitives[("tinygrad", "sin")] == sines + 8 and scope.flushes == 5
+  assert scope.primitives[("tinygrad", "sin")] == 5 and scope.primitives[("tinygrad", "mul")] == 5
+  many = report_module.Report()
+  from tinyjax.ir.backend import Placement
+  for i in range(report_module._RUNS_KEPT * 2 + 3):  # a new placement at each run, as auto's
+    many.record(Placement({("tinygrad", "add"): 2}, ("tinygrad",), 4, reason="chosen"))
+  assert len(many._runs) <= report_module._RUNS_KEPT + 1
+  total = report_module._RUNS_KEPT * 2 + 3
+  assert (many.flushes, many.primitives, many.segments, many.bytes_crossed, many.choices) == (
+    total, {("tinygrad", "add"): 2 * total}, {"tinygrad": total}, 4 * total, {"chosen": total})
+
+
 def test_fallback_policy_xla_runs_silently(monkeypatch):
   monkeypatch.setattr(selection, "_warned", set())
   with warnings.catch_warnings():

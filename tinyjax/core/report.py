@@ -8,15 +8,49 @@ import contextlib
 import dataclasses
 
 
+_RUNS_KEPT = 256
+
+
 @dataclasses.dataclass
 class Report:
-  primitives: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (backend, prim)
-  segments: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # backend -> count
-  bytes_crossed: int = 0
-  flushes: int = 0
+  _primitives: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (backend, prim)
+  _segments: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # backend -> count
+  _bytes_crossed: int = 0
+  _flushes: int = 0
   compiles: int = 0
   eager: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fn -> calls
-  choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
+  _choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
+  # NB: a run is counted by its placement, and the counts above are brought up to date when read: adding a
+  # placement's counters at every run cost 2 us of a jitted call's dispatch. id(placement) -> [placement, runs]
+  _runs: dict = dataclasses.field(default_factory=dict)
+
+  def record(self, placement) -> None:
+    entry = self._runs.get(id(placement))
+    if entry is None:
+      self._runs[id(placement)] = [placement, 1]  # NB: the entry holds the placement: its id is not reused
+      if len(self._runs) > _RUNS_KEPT:  # auto's placements are new at each run: counted now and then, not kept
+        self._counted()
+    else:
+      entry[1] += 1
+
+  def _counted(self) -> "Report":
+    runs, self._runs = self._runs, {}
+    for placement, n in runs.values():
+      self._flushes += n
+      for key, count in placement.counts.items():
+        self._primitives[key] += count * n
+      for backend in placement.segments:
+        self._segments[backend] += n
+      self._bytes_crossed += placement.bytes_crossed * n
+      if placement.reason:
+        self._choices[placement.reason] += n
+    return self
+
+  primitives = property(lambda self: self._counted()._primitives)
+  segments = property(lambda self: self._counted()._segments)
+  bytes_crossed = property(lambda self: self._counted()._bytes_crossed)
+  flushes = property(lambda self: self._counted()._flushes)
+  choices = property(lambda self: self._counted()._choices)
 
   @property
   def native_share(self) -> tuple[int, int]:
@@ -59,13 +93,9 @@ def _reports():
 
 def record_run(placement) -> None:
   """Count one run of a program that executed as `placement` (an ir.backend.Placement) says."""
-  for report in _reports():
-    report.flushes += 1
-    report.primitives.update(placement.counts)
-    report.segments.update(placement.segments)
-    report.bytes_crossed += placement.bytes_crossed
-    if placement.reason:
-      report.choices[placement.reason] += 1
+  _process.record(placement)
+  for scope in _scopes:
+    scope.record(placement)
 
 
 def record_compile() -> None:
