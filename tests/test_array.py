@@ -525,6 +525,23 @@ def test_block_until_ready_and_device():
   assert jax.block_until_ready({"a": t}) == {"a": t}
 
 
+@pytest.mark.parametrize("make", ["zeros", "arange", "fftfreq", "asarray"])
+def test_made_for_one_of_jaxs_devices(make):
+  """device=<a JAX device>: the Array names that device as JAX's does (devices(), device, sharding, committed), and
+  its values, dtype and weak type are JAX's; what is computed from it is computed by tinyjax as usual."""
+  device = jax.devices()[-1]
+  def made(np_):
+    return {"zeros": lambda: np_.zeros(3, device=device), "arange": lambda: np_.arange(5, device=device),
+            "fftfreq": lambda: np_.fft.fftfreq(8, d=0.5, device=device),
+            "asarray": lambda: np_.asarray([1.5, 2.0], device=device)}[make]()
+  ours, theirs = made(tnp), made(jnp)
+  assert isinstance(ours, tinyjax.Array)
+  assert (ours.devices(), ours.device, ours.sharding, ours.committed) == (
+    theirs.devices(), theirs.device, theirs.sharding, theirs.committed)
+  assert_like_jax(ours, theirs)
+  assert_like_jax(ours * 2, theirs * 2)
+
+
 # --- repr and str, exactly as JAX prints them
 
 REPRS = {

@@ -41,7 +41,7 @@ from jax._src import core as jax_core
 from jax._src import dtypes as jax_dtypes
 from jax._src.interpreters import pxla as jax_pxla
 
-from tinyjax.core.array import Array
+from tinyjax.core.array import Array, CommittedArray
 from tinyjax.core.mirror import mirror
 from tinyjax.overrides import OVERRIDES
 
@@ -148,3 +148,4 @@ if not any(isinstance(finder, MirrorFinder) for finder in sys.meta_path):
   sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, MirrorFinder())
 
 register_array_with_jax()
+register_array_with_jax(CommittedArray)

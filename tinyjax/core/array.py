@@ -314,9 +314,6 @@ class Array(jax.Array):
     return _IndexUpdateHelper(self)
 
 
-tracing.set_array_type(Array)
-
-
 def _host_value(aval, host):
   return Value(aval, host=host)
 
@@ -341,6 +338,25 @@ for _name in _PROPERTIES:
 def _update(x, index, method, values, kwargs):
   ref = x.at[index]
   return getattr(ref, method)(*values, **kwargs)
+
+
+class CommittedArray(Array):
+  """An Array made for one of JAX's devices (`jnp.fft.fftfreq(8, device=jax.devices()[0])`, under patch mode too):
+  computed by tinyjax as any other, it names that device as its own (`devices()`, `device`, `sharding`), committed, as
+  JAX's array would. NB: what is computed from it is a plain Array: tinyjax runs each flush on the device in effect."""
+  __slots__ = ("_jax_device",)
+
+  def __init__(self, value, jax_device):
+    super().__init__(value)
+    self._jax_device = jax_device
+
+  device = property(lambda self: self._jax_device)
+  sharding = property(lambda self: jax.sharding.SingleDeviceSharding(self._jax_device))
+  committed = property(lambda self: True)
+  _committed = committed
+
+
+tracing.set_array_types(Array, CommittedArray)
 
 
 class _IndexUpdateRef:

@@ -67,12 +67,13 @@ class _ArrayType:
 
 
 Array: type = _ArrayType
+CommittedArray: type = _ArrayType
 
 
-def set_array_type(array_type: type) -> None:
-  """Called once by tinyjax.core.array: the class `call` wraps its results in (layers go one way: array uses us)."""
-  global Array
-  Array = array_type
+def set_array_types(array_type: type, committed_type: type) -> None:
+  """Called once by tinyjax.core.array: the classes `call` wraps its results in (layers go one way: array uses us)."""
+  global Array, CommittedArray
+  Array, CommittedArray = array_type, committed_type
 
 
 def is_array(x) -> bool:
@@ -424,6 +425,9 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   original_args = args
   if isinstance(device := kwargs.get("device"), Device):  # a tinyjax device: JAX computes, tinyjax places
     return placed(call(fn, args, {**kwargs, "device": None}, static_scalars), device)
+  if isinstance(device, jax.Device):  # one of JAX's: tinyjax computes, and the Arrays name that device
+    return jax.tree_util.tree_map(lambda x: CommittedArray(x._value, device) if is_array(x) else x,
+                                  call(fn, args, {**kwargs, "device": None}, static_scalars), is_leaf=is_array)
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
     args = scalars_marked(args, kwargs)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
