@@ -8,9 +8,11 @@ the real ones for a Tensor.
 
 Each rule is a Python loop over the (static) matrix size that builds lazy tinygrad ops on whole rows and columns,
 with masks where LAPACK indexes single elements: n steps of O(n^2) work each, fine for the small matrices (n <= 64)
-programs run these on. NB: each step's result is made contiguous (a buffer): left lazy, the n steps were one graph
-that tinygrad's scheduler took minutes and gigabytes to split (a 64 x 64 cholesky: 218 s and 3 GB; 200 x 200: out of
-memory), where one kernel per step takes seconds (200 x 200: 15 s, 0.8 GB). Batch dimensions lead, as in the
+programs run these on. NB: each step's result is computed at once (contiguous, realized): left lazy, the n steps
+were one graph that tinygrad's scheduler took minutes and gigabytes to split (a 64 x 64 cholesky: 218 s and 3 GB;
+200 x 200: out of memory), and even with a buffer at each step, one schedule of all of them held every step's graph
+(a 2 x 200 x 100 geqrf: 33 s and 7.8 GB; realized step by step: 6 s and 0.2 GB). Inside a TinyJit capture the
+realizes are captured as the eigen.py sweeps' are. Batch dimensions lead, as in the
 primitives. cholesky, triangular_solve, the Householder rules and cholesky_update take each step's index as data
 (`_step`), so that their steps share compiled kernels.
 The Householder rules follow LAPACK's unblocked routines, which it runs for these sizes, down to their scalar rules:
@@ -226,7 +228,7 @@ def _cholesky(ctx, a):
     column = _where(rows == j, root, _div(diagonal_column, root))
     trailing = (rows > j) & (cols > j)
     work = _where((rows >= j) & (cols == j), column,
-                  _where(trailing, work - _mul(column, _adjoint(column)), work)).contiguous()
+                  _where(trailing, work - _mul(column, _adjoint(column)), work)).contiguous().realize()
   if failed is None:
     return a
   return _where(failed, _nan(a), _where(rows >= cols, work, a))
@@ -253,18 +255,20 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
     solved, matrix_column = _at(rows == j, x, -2), _at(cols == j, matrix, -1)
     solved = solved if unit_diagonal else _div(solved, _at(rows == j, matrix_column, -2))
     later = rows > j if forward else rows < j
-    x = _where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x)).contiguous()
+    x = _where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x)).contiguous().realize()
   return x if left_side else x.transpose(-1, -2)
 
 
-def _permutation(pivots: list, size: int, batch: tuple):
-  """The row order after swapping row i with row pivots[i] in turn (each pivot shaped batch + (1,))."""
-  position = arange(size)
+def _permutation(pivots, size: int, device: str):
+  """The row order after swapping row i with row pivots[..., i] in turn (pivots shaped batch + (count,), int32)."""
+  *batch, count = pivots.shape
+  position, steps = arange(size), arange(count)
   order = position.reshape(*[1] * len(batch), size).expand(*batch, size)
-  for i, pivot in enumerate(pivots):
-    at_pivot = position == pivot
-    pivot_entry = pick(at_pivot, order, -1, np.int32).unsqueeze(-1)
-    order = (position == i).where(pivot_entry, at_pivot.where(order[..., i:i + 1], order)).contiguous()
+  for step in range(count):
+    i = _step(step, device).reshape(1)
+    at_pivot = position == pick(steps == i, pivots, -1, np.int32).unsqueeze(-1)
+    pivot_entry, entry_i = (pick(at, order, -1, np.int32).unsqueeze(-1) for at in (at_pivot, position == i))
+    order = (position == i).where(pivot_entry, at_pivot.where(entry_i, order)).contiguous().realize()
   return order
 
 
@@ -276,29 +280,29 @@ def _lu(ctx, a):
   permutation], the latter two int32 and 0-based."""
   *batch, m, n = a.shape
   rows, cols = _index_grid(m, n)
-  pivots = []
-  for k in range(min(m, n)):
-    size = (rows >= k).where(_abs1(a[..., :, k:k + 1]), -1)
+  count = min(m, n)
+  pivots, positions = Tensor.zeros(*batch, 1, count, dtype=dtypes.int32, device=ctx.device), arange(count)
+  for step in range(count):
+    k = _step(step, ctx.device)
+    size = (rows >= k).where(_abs1(_at(cols == k, a, -1)), -1)
     first_largest = (size == size.max(-2, keepdim=True)).where(rows, m).min(-2, keepdim=True)
     pivot_row = (first_largest == m).where(k, first_largest)  # a NaN column has no largest: keep row k
-    at_pivot = rows == pivot_row
-    a = _where(rows == k, _at(at_pivot, a, -2), _where(at_pivot, a[..., k:k + 1, :], a))
-    pivot = a[..., k:k + 1, k:k + 1]
-    column = a[..., :, k:k + 1]
+    at_pivot, at_k = rows == pivot_row, rows == k
+    a = _where(at_k, _at(at_pivot, a, -2), _where(at_pivot, _at(at_k, a, -2), a))
+    column, row = _at(cols == k, a, -1), _at(at_k, a, -2)
+    pivot = _at(at_k, column, -2)
     multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
     below = rows > k
     a = _where(below & (cols == k), multipliers,
-               _where(below & (cols > k), a - _mul(multipliers, a[..., k:k + 1, :]), a)).contiguous()
-    pivots.append(pivot_row.reshape(*batch, 1))
-  pivot_tensor = Tensor.cat(*pivots, dim=-1) if pivots else Tensor.zeros(*batch, 0, dtype=dtypes.int32,
-                                                                            device=ctx.device)
-  return [a, pivot_tensor.cast(dtypes.int32), _permutation(pivots, m, tuple(batch))]
+               _where(below & (cols > k), a - _mul(multipliers, row), a)).contiguous().realize()
+    pivots = (positions == k).where(pivot_row, pivots).contiguous().realize()
+  pivots = pivots.reshape(*batch, count)
+  return [a, pivots, _permutation(pivots, m, ctx.device)]
 
 
 @register("lu_pivots_to_permutation")
 def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
-  *batch, count = pivots.shape
-  return _permutation([pivots[..., i:i + 1] for i in range(count)], permutation_size, tuple(batch))
+  return _permutation(pivots, permutation_size, ctx.device)
 
 
 def _norm(x, axis: int):
@@ -385,11 +389,11 @@ def _householder_step(a, j, rows, cols):
   return _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, j, j + 1)), tau
 
 
-def _taus(taus: list, batch: tuple, like, device: str):
-  """The taus of each step (shaped batch + (1, 1)) as one Tensor shaped batch + (steps,)."""
-  if not taus:
-    return _zeros((*batch, 0), like, device)
-  return _cat([tau.reshape(*batch, 1) for tau in taus], dim=-1)
+def _no_taus(batch: tuple, k: int, like, device: str):
+  """Room for k taus, shaped batch + (1, k), and the positions to store step j's at.
+  NB: each step stores its tau and is made a buffer: 100 lazy taus concatenated at the end were one graph over every
+  step's matrix, which tinygrad took 11 GB to schedule (a 2 x 200 x 100 qr)."""
+  return _zeros((*batch, 1, k), like, device), arange(k).reshape(1, k)
 
 
 def _geqrf(a, device: str):
@@ -397,12 +401,13 @@ def _geqrf(a, device: str):
   diagonal, the reflectors' vectors below it, and the taus (shaped batch + (min(m, n),))."""
   *batch, m, n = a.shape
   rows, cols = _index_grid(m, n)
-  taus = []
-  for j in range(min(m, n)):
-    a, tau = _householder_step(a, _step(j, device), rows, cols)
-    a = a.contiguous()
-    taus.append(tau)
-  return a, _taus(taus, tuple(batch), a, device)
+  k = min(m, n)
+  taus, positions = _no_taus(tuple(batch), k, a, device)
+  for step in range(k):
+    j = _step(step, device)
+    a, tau = _householder_step(a, j, rows, cols)
+    a, taus = a.contiguous().realize(), _where(positions == j, tau, taus).contiguous().realize()
+  return a, taus.reshape(*batch, k)
 
 
 def _geqp3(a, device: str):
@@ -419,8 +424,9 @@ def _geqp3(a, device: str):
   order = cols.expand(*batch, 1, n)
   # laqp2 recomputes a downdated norm below this: sqrt of LAPACK's machine epsilon (half an ulp of 1)
   recompute_below = math.sqrt(float(np.finfo(_to_np_dtype(a.dtype)).eps) / 2)
-  taus = []
-  for step in range(min(m, n)):
+  k = min(m, n)
+  taus, positions = _no_taus(tuple(batch), k, a, device)
+  for step in range(k):
     i = _step(step, device)
     at_i, remaining = cols == i, cols >= i
     largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
@@ -431,15 +437,16 @@ def _geqp3(a, device: str):
     a, order, norms, exact_norms = [_where(at_i, _at(at_pivot, x, -1), _where(at_pivot, _at(at_i, x, -1), x))
                                     for x in (a, order, norms, exact_norms)]
     a, tau = _householder_step(a, i, rows, cols)
-    taus.append(tau)
+    taus = _where(positions == i, tau, taus)
     fraction = (1 - fm.div(_abs(_at(rows == i, a, -2)), norms).square()).maximum(0)
     inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
     recomputed = _norm(_where(rows > i, a, 0), -2)
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
     update = (cols > i) & (norms != 0)
     norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
-    a, order, norms, exact_norms = [x.contiguous() for x in (a, order, norms, exact_norms)]
-  return a, _taus(taus, tuple(batch), a, device), order.reshape(*batch, n)
+    a, order, norms, exact_norms, taus = [x.contiguous().realize()
+                                          for x in (a, order, norms, exact_norms, taus)]
+  return a, taus.reshape(*batch, k), order.reshape(*batch, n)
 
 
 def _orgqr(a, taus, device: str):
@@ -457,7 +464,7 @@ def _orgqr(a, taus, device: str):
     scaled = _mul(-tau, v)
     if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
       scaled = _where(_nonzero(tau), scaled, 0)
-    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q).contiguous()
+    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q).contiguous().realize()
   return q
 
 
@@ -479,7 +486,7 @@ def _ormqr(ctx, a, taus, c, *, left, transpose):
   for step in (range(k) if adjoint else reversed(range(k))):
     i = _step(step, ctx.device)
     tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
-    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0).contiguous()
+    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0).contiguous().realize()
   return c if left else _adjoint(c)
 
 
@@ -496,7 +503,7 @@ def _hessenberg(ctx, a):
   subdiagonal, and the n - 1 taus."""
   *batch, n, _ = a.shape
   rows, cols = _index_grid(n, n)
-  taus = []
+  taus, positions = _no_taus(tuple(batch), max(n - 1, 0), a, ctx.device)
   for step in range(n - 1):
     j = _step(step, ctx.device)
     below_j = j + 1
@@ -504,9 +511,9 @@ def _hessenberg(ctx, a):
     v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
     # H from the right (A H = (H^H A^H)^H), then H^H from the left
     a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
-    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)).contiguous()
-    taus.append(tau)
-  return [a, _taus(taus, tuple(batch), a, ctx.device)]
+    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)).contiguous().realize()
+    taus = _where(positions == j, tau, taus).contiguous().realize()
+  return [a, taus.reshape(*batch, max(n - 1, 0))]
 
 
 @real_and_complex("qr")
@@ -542,8 +549,8 @@ def _cholesky_update(ctx, r, w):
     reciprocal = fm.div(1, (x * x + y * y).sqrt())
     rotates = y != 0
     c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
-    r = (rows == k).where(c * row - s * w, r).contiguous()
-    w = (c * w + s * row).contiguous()
+    r = (rows == k).where(c * row - s * w, r).contiguous().realize()
+    w = (c * w + s * row).contiguous().realize()
   return r
 
 
