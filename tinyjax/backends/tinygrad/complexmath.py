@@ -227,13 +227,21 @@ for _name, _fn in UNARY.items():
 
 register_complex("mul")(lambda ctx, z, w, *, out_dtype=None: times(z, w))
 register_complex("div")(lambda ctx, z, w: quotient(z, w))
+register_complex("integer_pow")(lambda ctx, z, *, y: _integer_pow(z, y))
+
+
+def _with_zero_imaginary(x, dtype):
+  """A real operand as the pairs of a complex value of parts `dtype` (tinygrad's), its imaginary part +0.0, as XLA
+  converts it."""
+  re = x.cast(dtype)
+  return paired(re, Tensor.zeros(re.shape, dtype=dtype, device=re.device))
+
+
 @register_complex("pow")
 def _pow(ctx, z, w):
-  """NB: an integer exponent is converted to the base's dtype first, as JAX's lowering does (XLA has no complex ** int)."""
-  if not is_complex(ctx.in_avals[1].dtype):
-    w = paired(w.cast(z.dtype), Tensor.zeros(w.shape, dtype=z.dtype, device=z.device))
-  return _power(z, w)
-register_complex("integer_pow")(lambda ctx, z, *, y: _integer_pow(z, y))
+  """NB: an integer exponent is converted to the base's dtype first, as JAX's lowering does (XLA has no
+  complex ** int)."""
+  return _power(z, w if is_complex(ctx.in_avals[1].dtype) else _with_zero_imaginary(w, z.dtype))
 
 
 @register_complex("abs")
@@ -311,10 +319,8 @@ def _four_products(ctx, name, lhs, rhs, params):
   NB: a real operand (mixed precision) is made complex first, with a zero imaginary part, as XLA converts it: its
   products with zero give the zeros' signs XLA gives."""
   part_dtype = real_dtype(ctx.out_aval.dtype)
-  def as_complex(x, aval):
-    return x if is_complex(aval.dtype) else paired(x.cast(tg_dtype(part_dtype)), Tensor.zeros(
-      x.shape, dtype=tg_dtype(part_dtype), device=x.device))
-  lhs, rhs = (as_complex(x, aval) for x, aval in zip((lhs, rhs), ctx.in_avals))
+  lhs, rhs = (x if is_complex(aval.dtype) else _with_zero_imaginary(x, tg_dtype(part_dtype))
+              for x, aval in zip((lhs, rhs), ctx.in_avals))
   real_ctx = _real_ctx(ctx, [jax.core.ShapedArray(aval.shape, part_dtype) for aval in ctx.in_avals])
   params = dict(params, preferred_element_type=None if params.get("preferred_element_type") is None else part_dtype)
   (a, b), (c, d) = parts(lhs), parts(rhs)
@@ -342,8 +348,7 @@ def _reduce_prod(ctx, z, *, axes, out_sharding=None):
   n = int(np.prod([z.shape[len(kept) + i] for i in range(len(axes))], dtype=np.int64))
   z = z.reshape((*z.shape[:len(kept)], n, 2))
   if n == 0:
-    return paired(Tensor.ones(z.shape[:-2], dtype=z.dtype, device=z.device),
-                  Tensor.zeros(z.shape[:-2], dtype=z.dtype, device=z.device))
+    return _with_zero_imaginary(Tensor.ones(z.shape[:-2], dtype=z.dtype, device=z.device), z.dtype)
   while z.shape[-2] > 1:
     if z.shape[-2] % 2:
       z = z.cat(_one_like(z[..., :1, :]), dim=-2)
