@@ -356,6 +356,7 @@ class CommittedArray(Array):
   _committed = committed
 
 
+CommittedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
 tracing.set_array_types(Array, CommittedArray)
 
 
