@@ -9,6 +9,7 @@ rescue.py (XLA when tinygrad cannot compile a kernel).
 import functools
 
 import numpy as np
+from tinygrad import Device
 
 from tinyjax.backends import float64
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
@@ -62,7 +63,6 @@ class TinygradBackend(Backend):
     return buffer if isinstance(buffer, np.ndarray) else device.copied_out(buffer)
 
   def wait(self, buffer):
-    from tinygrad import Device
     if not self.idle and not isinstance(buffer, np.ndarray):
       self.idle = True  # NB: before the synchronize: work another thread queues meanwhile makes it False again
       Device[self.tg_device].synchronize()

@@ -4,6 +4,15 @@ import dataclasses
 import sys
 import weakref
 
+from tinygrad import Tensor, TinyJit
+from tinygrad import tensor as tensor_module
+from tinygrad.device import Buffer
+from tinygrad.engine.jit import JitError
+from tinygrad.engine.realize import get_call_arg_uops, get_runtime, run_linear
+from tinygrad.helpers import Metadata
+from tinygrad.tensor import all_tensors
+from tinygrad.uop.ops import Ops, UOp, buffers
+
 # A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most
 # _POOLED_BYTES: the outputs of small programs, whose replay costs more in tinygrad's objects than in its kernels.
 _POOL_SLOTS = 2
@@ -11,8 +20,6 @@ _POOLED_BYTES = 1 << 16
 
 def realized(outs: list, device: str) -> list:
   """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
-  from tinygrad import Tensor
-  from tinygrad.uop.ops import Ops
   tensors = [t for t in outs if isinstance(t, Tensor)]  # the others are host arrays of dtypes the device lacks
   if pending := [t for t in tensors if not t.uop.is_realized]:
     Tensor.realize(*pending)
@@ -75,8 +82,6 @@ class Replayed:
     return outs
 
   def _capture(self, inputs):
-    from tinygrad import Tensor, TinyJit
-    from tinygrad.engine.jit import JitError
     jit = TinyJit(self._assign_outputs)
     targets = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, _, dtype, device in self.specs]
     try:
@@ -98,7 +103,6 @@ class Replayed:
     this run is not one (tinygrad makes or captures kernels, or replays them itself)."""
     if self.kernels is None:
       return None
-    from tinygrad.uop.ops import Ops, buffers
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):  # NB: cannot happen for a Value's buffer: a safety net
       return None
@@ -125,9 +129,6 @@ class Replayed:
 
   def _new_slot(self) -> "_Slot":
     """New written outputs: a fresh BUFFER uop, allocated Buffer and Tensor each."""
-    from tinygrad import tensor as tensor_module
-    from tinygrad.device import Buffer
-    from tinygrad.uop.ops import Ops, UOp, buffers
     tensors, made = [], []
     # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
     # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
@@ -151,8 +152,6 @@ class Replayed:
     return self.templates
 
   def _replay(self, inputs):
-    from tinygrad.engine.realize import run_linear
-    from tinygrad.uop.ops import Ops
     if (outs := self.launched(inputs)) is not None:
       return outs
     bases = [t.uop.base for t in inputs]
@@ -196,12 +195,7 @@ class _Slot:
     return self.counts() == self.baseline and all(t.uop is objects[5 * k + 1] for k, t in enumerate(self.tensors))
 
 
-def _replay_metadata():
-  from tinygrad.helpers import Metadata
-  return Metadata(name="tinyjax_replay")
-
-
-_REPLAY_METADATA = _replay_metadata()
+_REPLAY_METADATA = Metadata(name="tinyjax_replay")
 
 
 def _tensor_of(uop):
@@ -209,7 +203,6 @@ def _tensor_of(uop):
 
   NB: not Tensor(uop): its constructor (wrapped for tinygrad's metadata tracing) checks the data's type, device and
   dtype, which costs more than the launches of a small program."""
-  from tinygrad.tensor import Tensor, all_tensors
   tensor = Tensor.__new__(Tensor)
   tensor.uop, tensor.grad, tensor.is_param = uop, None, True
   all_tensors[weakref.ref(tensor)] = None
@@ -227,14 +220,12 @@ class _OutputTemplate:
 
   @classmethod
   def of(cls, shape, size, dtype, device):
-    from tinygrad.uop.ops import UOp
     buffer = UOp.new_buffer(device, size, dtype)
     reshaped = buffer.reshape(shape)
     return cls(buffer, None if reshaped is buffer else reshaped.src[1:])
 
   def fresh(self):
     """A new BUFFER uop (a slot of its own) like the template's."""
-    from tinygrad.uop.ops import Ops, UOp
     template = self.buffer.arg
     # NB: dataclasses.replace of the frozen ParamArg (nine fields) costs more than the launch of a small kernel: the
     # template's fields are copied as its own __init__ sets them, with a new slot
@@ -262,8 +253,6 @@ def launches(linear) -> list[Launch] | None:
   (tinygrad's run_linear matches every call and resolves every argument at each replay); None if a call is other
   than a plain kernel on one device with no symbolic sizes or variables but the runtime's own (a copy, a graph), which
   run_linear then replays."""
-  from tinygrad.engine.realize import get_call_arg_uops, get_runtime
-  from tinygrad.uop.ops import Ops
   kernels = []
   for call in linear.src:
     program = call.src[0]
