@@ -127,6 +127,33 @@ def test_synchronize_is_tinygrads_with_views_made_once():
   assert hcq2.HCQ2Compiled.synchronize is amendments._synchronize
 
 
+def test_cpu_kernels_are_called_through_typed_pointers():
+  """amendments._call_cpu_program passes what tinygrad's CPUProgram.__call__ passes: each buffer's address, then the
+  variables' values, the thread's index in place of core_id (a kernel split across the CPU's threads), once per
+  thread; a lavapipe program goes through tinygrad's own call."""
+  source = inspect.getsource(amendments._CPU_PROGRAM_CALL)
+  assert "args = [*[cast(int, b.va_addr) for b in bufs], *cast(tuple[int, ...], vals)]" in source
+  assert "if 'core_id' in self.runtimevars: args[self.runtimevars['core_id']] = tid" in source
+  assert "self.fxn(*[ctypes.c_uint64(x) for x in args])" in source
+  assert ops_cpu.CPUProgram.__call__ is amendments._call_cpu_program
+
+
+@pytest.mark.parametrize("size", [7, 1 << 20])  # one thread; a kernel split across threads (core_id)
+def test_cpu_kernels_on_typed_pointers_compute_as_xla(size):
+  """Through the typed call: a jitted elementwise function and a sum, replayed, as XLA computes them."""
+  import jax
+  import tinyjax
+  f = lambda x, y: (x * y + 1.0, (x - y).sum())  # noqa: E731
+  x = np.linspace(-3, 3, size, dtype=np.float32)
+  y = np.cos(x)
+  step = tinyjax.jit(f)
+  for _ in range(3):  # traced, captured, replayed by the launcher
+    got = step(x, y)
+  expected = jax.jit(f)(x, y)
+  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(expected[0]))
+  np.testing.assert_allclose(np.asarray(got[1]), np.asarray(expected[1]), rtol=1e-5)
+
+
 def test_block_until_ready_waits_for_each_call():
   """A chain of jitted calls, each result waited for and then read: every wait saw its call's kernels finish."""
   import jax

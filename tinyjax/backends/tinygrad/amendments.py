@@ -1,6 +1,6 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize, its kernel
+its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize and kernel calls, its kernel
 heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -36,15 +36,18 @@ load's dtype (codegen/late/gater.py, move_where_load): where y is not exact in t
 array concatenated with four int32 scalars converted to float32 (`jnp.r_[-1:1:6j, [0] * 3, 5, 6]`) came out with
 the float piece cut to integers (0.2 -> 0). The fold is kept where the alternative is exact in the load's dtype.
 """
+import ctypes
 import functools
 import math
 import sys
+import time
 
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
+from tinygrad.runtime import ops_cpu
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
@@ -266,6 +269,40 @@ def _synchronize_with_views_made_once() -> None:
   hcq2.HCQ2Compiled.synchronize = _synchronize
 
 
+_CPU_PROGRAM_CALL = ops_cpu.CPUProgram.__call__  # tinygrad's own
+
+
+def _call_cpu_program(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait=False, timeout=None):
+  if self.lvp:  # NB: lavapipe's programs take their arguments packed in memory: tinygrad's call as it is
+    return _CPU_PROGRAM_CALL(self, *bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait,
+                             timeout=timeout)
+  start = time.perf_counter() if wait else 0.0
+  args = [b.va_addr for b in bufs]
+  args.extend(vals)
+  typed = self.__dict__.get("_tinyjax_typed")
+  if typed is None or typed[0] != len(args):
+    assert len(args) <= ops_cpu.MAX_ARGS, f"CPU programs support at most {ops_cpu.MAX_ARGS} arguments, got {len(args)}"
+    typed = self._tinyjax_typed = (len(args), ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * len(args))(self.addr))
+  function = typed[1]
+  core = self.runtimevars.get("core_id")
+  for tid in range(global_size[0]):
+    if core is not None:
+      args[core] = tid
+    function(*args)
+  return time.perf_counter() - start if wait else None
+
+
+def _call_cpu_programs_with_typed_arguments() -> None:
+  """Call a CPU kernel through a function pointer declared with its arguments' C type (uint64, each a buffer's
+  address or a variable's value), made once per program: ctypes converts the Python ints itself.
+
+  NB: tinygrad 0.14's CPUProgram.__call__ converted each argument to a ctypes.c_uint64 object at every call, after
+  casts and a list per call: 1.5 us a launch, 0.35 us through the typed pointer (an eager chain of 200 small
+  operations launches about 130 kernels; a jitted call of a small function, one).
+  """
+  ops_cpu.CPUProgram.__call__ = _call_cpu_program
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -294,5 +331,6 @@ def amend() -> None:
     _keep_lowered_programs()
     _number_cl_arguments_by_position()
     _synchronize_with_views_made_once()
+    _call_cpu_programs_with_typed_arguments()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True
