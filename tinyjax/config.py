@@ -104,7 +104,17 @@ def update(name: str, value) -> None:
 
 def validated(name: str) -> str:
   """`get`, with the value checked against the setting's choices (a bad environment variable raises here)."""
-  return _check(name, get(name))
+  return _checked(name, get(name))
+
+
+def integer(name: str) -> int:
+  """`validated` of an integer setting, as an int."""
+  return _integer(validated(name))
+
+
+# NB: settings are read at every call (an eager operation reads two); each value is checked (and parsed) once
+_checked = functools.lru_cache(maxsize=256)(_check)
+_integer = functools.lru_cache(maxsize=64)(int)
 
 
 @contextlib.contextmanager

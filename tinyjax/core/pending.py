@@ -118,7 +118,7 @@ def append(traced, inputs: list[Value], source: str) -> list[Value]:
 def track(array) -> None:
   """Register an Array whose value is pending; flush when the buffer grows past its bound."""
   _queue.pending.append(weakref.ref(array))
-  if _queue.n_eqns > int(config.validated("buffer_limit")):
+  if _queue.n_eqns > config.integer("buffer_limit"):
     flush()
 
 
