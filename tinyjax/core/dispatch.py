@@ -17,7 +17,6 @@ cached.
 import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
-from jax.extend.core import Literal
 
 from tinyjax import config
 from tinyjax.backends.selection import check_fallback, current_backend
@@ -33,9 +32,6 @@ _entries: dict = {}
 _ENTRIES_KEPT = 4096
 MISS = object()
 
-# How each output of a remembered call is made (pending.append and tracing.call, for one call of concrete inputs)
-_COMPUTED, _LITERAL, _CONST, _INPUT = range(4)
-
 
 class _Entry:
   """A remembered call: its trace (valid while the trace cache still holds it), its dynamic leaves and their avals,
@@ -47,20 +43,9 @@ class _Entry:
     self.traced, self.trace_key, self.signature = traced, trace_key, signature
     self.scalars_dynamic = scalars_dynamic  # valid until a call finds the function needs them static
     self.dynamic, self.avals = tuple(dynamic), tuple(avals)
-    jaxpr = traced.jaxpr.jaxpr
-    outputs = []
-    for index, var in enumerate(jaxpr.outvars):
-      if isinstance(var, Literal):
-        outputs.append((_LITERAL, var.aval, var.val))
-      elif var in jaxpr.constvars:
-        outputs.append((_CONST, var.aval, traced.jaxpr.consts[jaxpr.constvars.index(var)]))
-      elif var in jaxpr.invars:
-        outputs.append((_INPUT, None, jaxpr.invars.index(var)))
-      else:
-        outputs.append((_COMPUTED, var.aval, index))
-    self.outputs = tuple(outputs)
-    self.program_outs = tuple((0, index) for kind, _, index in outputs if kind == _COMPUTED)
-    self.forwards = any(kind == _INPUT for kind, _, _ in outputs)
+    self.outputs = traced.outputs
+    self.program_outs = tuple((0, index) for kind, _, index in self.outputs if kind == pending.COMPUTED)
+    self.forwards = any(kind == pending.INPUT for kind, _, _ in self.outputs)
 
 
 def prepare(fn, args: tuple, kwargs: dict):
@@ -127,7 +112,7 @@ def run(prepared):
         return MISS
       if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # as tracing.call applies the policy
         check_fallback(current_backend(), traced.program.eqns, user_source())
-      computed = [Value(aval) for kind, aval, _ in entry.outputs if kind == _COMPUTED]
+      computed = [Value(aval) for kind, aval, _ in entry.outputs if kind == pending.COMPUTED]
       pending.execute(compiled, backend, computed, unique)
   elif config.get("fallback") != "xla" or jax.config.jax_enable_x64:
     check_fallback(current_backend(), traced.program.eqns, user_source())
@@ -142,16 +127,14 @@ def _outputs(entry, leaves, inputs, computed) -> list:
   computed = iter(computed)
   outs = []
   for kind, aval, payload in entry.outputs:
-    if kind == _COMPUTED:
+    if kind == pending.COMPUTED:
       outs.append(Array(next(computed)))
-    elif kind == _INPUT:
+    elif kind == pending.INPUT:
       v = inputs[payload]
       out = forwarded.get(id(v))
       outs.append(Array(v) if out is None else out)
-    elif kind == _LITERAL:
-      outs.append(Array(Value(aval, host=np.asarray(payload, aval.dtype))))
     else:
-      outs.append(Array(Value(aval, host=np.asarray(payload))))
+      outs.append(Array(Value(aval, host=payload)))
   return outs
 
 

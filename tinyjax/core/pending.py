@@ -94,24 +94,47 @@ _programs: collections.OrderedDict = collections.OrderedDict()
 _PROGRAM_CACHE_SIZE = 512
 
 
+# How each output of a traced call is made (`outputs_of`): computed by the call, a literal, a constant of the trace,
+# or one of its inputs unchanged
+COMPUTED, LITERAL, CONST, INPUT = range(4)
+
+
+def outputs_of(closed_jaxpr) -> tuple:
+  """(kind, aval, payload) for each output of a traced call: its index (COMPUTED), its value (LITERAL, CONST), or
+  the index of the input it is (INPUT)."""
+  jaxpr = closed_jaxpr.jaxpr
+  outputs = []
+  for index, var in enumerate(jaxpr.outvars):
+    if isinstance(var, Literal):
+      outputs.append((LITERAL, var.aval, _read_only(np.array(var.val, var.aval.dtype))))
+    elif var in jaxpr.constvars:
+      outputs.append((CONST, var.aval, _read_only(np.array(closed_jaxpr.consts[jaxpr.constvars.index(var)]))))
+    elif var in jaxpr.invars:
+      outputs.append((INPUT, None, jaxpr.invars.index(var)))
+    else:
+      outputs.append((COMPUTED, var.aval, index))
+  return tuple(outputs)
+
+
+def _read_only(host: np.ndarray) -> np.ndarray:
+  host.flags.writeable = False  # NB: every call's output Value shares it
+  return host
+
+
 def append(traced, inputs: list[Value], source: str) -> list[Value]:
   """Add a traced call to the buffer; returns its output Values (pending unless known without running)."""
   node = None
   outs = []
-  jaxpr = traced.jaxpr.jaxpr
-  invars, constvars = jaxpr.invars, jaxpr.constvars
-  for index, var in enumerate(jaxpr.outvars):
-    if isinstance(var, Literal):  # a constant result: known now
-      outs.append(Value(var.aval, host=np.asarray(var.val, var.aval.dtype)))
-    elif var in constvars:
-      outs.append(Value(var.aval, host=np.asarray(traced.jaxpr.consts[constvars.index(var)])))
-    elif var in invars:  # the call returned one of its inputs unchanged
-      outs.append(inputs[invars.index(var)])
-    else:
+  for kind, aval, payload in traced.outputs:
+    if kind == COMPUTED:
       node = node or Node(traced, inputs, source)
-      outs.append(Value(var.aval, node, index))
+      outs.append(Value(aval, node, payload))
+    elif kind == INPUT:  # the call returned one of its inputs unchanged
+      outs.append(inputs[payload])
+    else:  # a constant result: known now
+      outs.append(Value(aval, host=payload))
   if node is not None:
-    _queue.n_eqns += len(jaxpr.eqns)
+    _queue.n_eqns += traced.n_eqns
   return outs
 
 

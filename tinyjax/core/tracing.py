@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
-from jax.extend.core import ClosedJaxpr, Literal
+from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
@@ -52,6 +52,15 @@ class Traced:
   def program(self):
     """The jaxpr flattened (calls inlined), to check which equations the backend runs natively."""
     return program_of(self.jaxpr)
+
+  @functools.cached_property
+  def outputs(self) -> tuple:
+    """How each output is made (pending.outputs_of)."""
+    return pending.outputs_of(self.jaxpr)
+
+  @functools.cached_property
+  def n_eqns(self) -> int:
+    return len(self.jaxpr.jaxpr.eqns)
 
 
 class Scalar:
@@ -320,8 +329,7 @@ class _Remembered:
     self.traced, self.generation = traced, _trace_generation
     self.signature, self.scalars_dynamic = signature, scalars_dynamic
     self.sources, self.avals, self.ints, self.int_ranges = sources, avals, ints, int_ranges
-    jaxpr = traced.jaxpr.jaxpr
-    self.forwards = any(v in jaxpr.invars for v in jaxpr.outvars if not isinstance(v, Literal))
+    self.forwards = any(kind == pending.INPUT for kind, _, _ in traced.outputs)
     self.single = traced.out_tree.num_leaves == 1 and traced.out_tree.num_nodes == 1
 
 
