@@ -272,6 +272,16 @@ def test_same_structure_from_different_lines_shares_a_program():
   assert_like_jax([a, b], [jnp.arange(7.0) * 3.0, jnp.arange(7.0) * 5.0])
 
 
+def test_each_call_names_the_users_line():
+  """The line a pending value was made at (errors and reports name it): the first call of a kind, traced, and the
+  later ones, remembered, through an operator, a jax.numpy function and one called by another."""
+  x = tnp.arange(13.0)
+  for _ in range(3):
+    line = sys._getframe().f_lineno + 1
+    made = [x * 0.25, tnp.sin(x), tnp.linalg.norm(x - 1.0)]
+    assert [m._value.node.source for m in made] == [f"{__file__}:{line}"] * 3
+
+
 # --- a failed flush
 
 def test_failed_flush_leaves_other_arrays_valid(monkeypatch):

@@ -381,12 +381,13 @@ def _recall(entry: _Remembered, args: tuple, kwargs: dict):
       arrays.append(leaf)
     else:
       inputs.append(_scalar_value(leaf, aval))
-  return _appended(entry.traced, inputs, arrays if entry.forwards else (), entry.single)
+  return _appended(entry.traced, inputs, arrays if entry.forwards else (), entry.single, own_callers=2)
 
 
-def _appended(traced, inputs, arrays, single: bool):
-  """The call's outputs: its traced equations appended to the pending queue, the fallback policy applied."""
-  source = user_source()
+def _appended(traced, inputs, arrays, single: bool, own_callers: int):
+  """The call's outputs: its traced equations appended to the pending queue, the fallback policy applied.
+  `own_callers`: how many of its callers are this module's (skipped when looking for the user's line)."""
+  source = user_source(own=1 + own_callers)
   if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
     check_fallback(current_backend(), traced.program.eqns, source)
   # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
@@ -458,7 +459,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
     return _eager(fn, treedef, leaves)
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
-  out = _appended(traced, inputs, [leaves[i] for i in dynamic if is_array(leaves[i])], single=False)
+  arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
+  out = _appended(traced, inputs, arrays, single=False, own_callers=1)
   if key is not None and (signature is None or scalars_dynamic):
     _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
   return out

@@ -12,9 +12,26 @@ def is_tinyjax_file(filename: str) -> bool:
   return filename.startswith(PACKAGE_DIR)
 
 
-def user_source() -> str:
-  """file:line of the innermost caller outside tinyjax (where the user's value was made)."""
-  frame = sys._getframe(1)
-  while frame is not None and is_tinyjax_file(frame.f_code.co_filename):
+_formatted: dict[tuple[str, int], str] = {}  # (file, line) -> "file:line", made once per line
+_FORMATTED_KEPT = 4096
+
+
+def user_source(own: int = 0) -> str:
+  """file:line of the innermost caller outside tinyjax (where the user's value was made); the caller's `own`
+  callers are known to be tinyjax's: skipped unread.
+
+  NB: asked at every eager operation. Reading a frame's caller makes a Python object of it (CPython 3.11 makes frame
+  objects lazily), which costs more than the rest of the test: known frames are skipped, and the test of each frame
+  is is_tinyjax_file's, inlined."""
+  frame = sys._getframe(1 + own)
+  while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
     frame = frame.f_back
-  return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
+  if frame is None:
+    return "<unknown>"
+  key = (frame.f_code.co_filename, frame.f_lineno)
+  source = _formatted.get(key)
+  if source is None:
+    if len(_formatted) >= _FORMATTED_KEPT:
+      _formatted.clear()
+    source = _formatted[key] = f"{key[0]}:{key[1]}"
+  return source
