@@ -21,7 +21,7 @@ def _steps(m, A):
   x, y, i, w = A(F32), A(F32[:3]), A(I8), A(np.float32(2.0))
   out = []
   for _ in range(3):
-    out += [x * 1.01, x * 2, x * -0.0, y * 3.5, i * 2, i * 2.5, i + 100, x + w, w * 2, w * 2.0,
+    out += [x * 1.01, x * 2, x * 0.0, x * -0.0, x * float("nan"), x + -0.0, x * -0.0j, y * 3.5, i * 2, i * 2.5, i + 100, x + w, w * 2, w * 2.0,
             m.sin(x) * 1.01 + 0.5 - x * 0.1, m.sum(x, axis=0), m.sum(x.reshape(2, 3), axis=1),
             m.sum(x.reshape(3, 2), axis=1, keepdims=True), x.reshape(2, 3).T, m.where(x > 0, x, 0.0),
             x ** 2, x ** 3, x ** 0.5, 2 ** x, m.maximum(x, 0.25), x.astype("float16") * 3, i.astype(m.float32) / 2,

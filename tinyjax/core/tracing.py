@@ -155,7 +155,8 @@ _SCALAR_VALUES_KEPT = 256
 def _scalar_value(value, aval) -> Value:
   """One Value per recent (Python scalar, aval): its device buffer is made once, not at every call that passes it
   (an eager loop's `x * 1.01` would otherwise copy 1.01 to the device at each flush)."""
-  key = (static_key(value), aval)
+  # NB: a number is its own key but for the ones that equal another (-0.0 == 0.0) or not themselves (NaN)
+  key = (value, aval) if value and value == value else (static_key(value), aval)
   if (cached := _scalar_values.get(key)) is not None:
     _scalar_values.move_to_end(key)
     return cached
