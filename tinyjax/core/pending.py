@@ -179,7 +179,9 @@ def _collect(values):
     node = stack.pop()
     if node.serial not in nodes:
       nodes[node.serial] = node
-      stack.extend(v.node for v in node.inputs if v.node is not None)
+      for v in node.inputs:  # NB: a loop, not a generator: a flush walks every buffered call
+        if v.node is not None:
+          stack.append(v.node)
   return [nodes[s] for s in sorted(nodes)]
 
 
@@ -192,13 +194,15 @@ def run(values: list[Value], backend) -> None:
   for node in nodes:
     refs = []
     for v in node.inputs:
-      if v.node is not None:
-        refs.append((position[v.node.serial], v.index))
+      made_by = v.node
+      if made_by is not None:
+        refs.append((position[made_by.serial], v.index))
       else:
-        if id(v) not in inputs:
-          inputs[id(v)] = len(input_values)
+        at = inputs.get(id(v))
+        if at is None:
+          at = inputs[id(v)] = len(input_values)
           input_values.append(v)
-        refs.append(-1 - inputs[id(v)])
+        refs.append(-1 - at)
     wiring.append((node.traced.serial, tuple(refs)))
   outs = tuple((position[v.node.serial], v.index) for v in values)
   key = (backend, tuple(wiring), outs)
