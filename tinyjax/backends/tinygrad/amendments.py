@@ -272,18 +272,27 @@ def _synchronize_with_views_made_once() -> None:
 _CPU_PROGRAM_CALL = ops_cpu.CPUProgram.__call__  # tinygrad's own
 
 
+def cpu_function(program, n_args: int):
+  """A tinygrad CPU program's kernel as a ctypes function of `n_args` uint64 arguments (each buffer's address, then
+  each variable's value), made once per program; None for lavapipe's programs (their arguments are packed in
+  memory)."""
+  if program.lvp:
+    return None
+  typed = program.__dict__.get("_tinyjax_typed")
+  if typed is None or typed[0] != n_args:
+    assert n_args <= ops_cpu.MAX_ARGS, f"CPU programs support at most {ops_cpu.MAX_ARGS} arguments, got {n_args}"
+    typed = program._tinyjax_typed = (n_args, ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * n_args)(program.addr))
+  return typed[1]
+
+
 def _call_cpu_program(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait=False, timeout=None):
-  if self.lvp:  # NB: lavapipe's programs take their arguments packed in memory: tinygrad's call as it is
+  function = cpu_function(self, len(bufs) + len(vals))
+  if function is None:
     return _CPU_PROGRAM_CALL(self, *bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait,
                              timeout=timeout)
   start = time.perf_counter() if wait else 0.0
   args = [b.va_addr for b in bufs]
   args.extend(vals)
-  typed = self.__dict__.get("_tinyjax_typed")
-  if typed is None or typed[0] != len(args):
-    assert len(args) <= ops_cpu.MAX_ARGS, f"CPU programs support at most {ops_cpu.MAX_ARGS} arguments, got {len(args)}"
-    typed = self._tinyjax_typed = (len(args), ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * len(args))(self.addr))
-  function = typed[1]
   core = self.runtimevars.get("core_id")
   for tid in range(global_size[0]):
     if core is not None:

@@ -10,8 +10,11 @@ from tinygrad.device import Buffer
 from tinygrad.engine.jit import JitError
 from tinygrad.engine.realize import get_call_arg_uops, get_runtime, run_linear
 from tinygrad.helpers import Metadata
+from tinygrad.runtime import ops_cpu
 from tinygrad.tensor import all_tensors
 from tinygrad.uop.ops import Ops, UOp, buffers
+
+from tinyjax.backends.tinygrad import amendments
 
 # A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most
 # _POOLED_BYTES: the outputs of small programs, whose replay costs more in tinygrad's objects than in its kernels.
@@ -239,13 +242,28 @@ class _OutputTemplate:
 class Launch:
   """One captured kernel, resolved: its runtime program, launch dimensions, and arguments, each either the index of
   a parameter buffer (the program's inputs, then its written outputs) or the runtime's handle of a buffer the
-  capture keeps (an intermediate)."""
+  capture keeps (an intermediate). A kernel of the CPU device on one thread is also `direct`: its ctypes function,
+  called with `addresses`, where each parameter's (`parameters`: position, index) is filled in at the launch."""
   runtime: object
   device: str
   global_size: tuple
   local_size: tuple | None
   vals: tuple
   args: tuple
+  direct: object = None
+  addresses: tuple = ()
+  parameters: tuple = ()
+
+  @classmethod
+  def of(cls, runtime, device, global_size, local_size, vals, args):
+    direct = None
+    if isinstance(runtime, ops_cpu.CPUProgram) and not vals and global_size[0] == 1:
+      direct = amendments.cpu_function(runtime, len(args))
+    if direct is None:
+      return cls(runtime, device, global_size, local_size, vals, args)
+    parameters = tuple((position, a) for position, a in enumerate(args) if isinstance(a, int))
+    addresses = tuple(0 if isinstance(a, int) else a.va_addr for a in args)
+    return cls(runtime, device, global_size, local_size, vals, args, direct, addresses, parameters)
 
 
 def launches(linear) -> list[Launch] | None:
@@ -273,13 +291,19 @@ def launches(linear) -> list[Launch] | None:
       else:
         return None
     global_size, local_size = program.arg.launch_dims({})
-    kernels.append(Launch(get_runtime(device, program), device, global_size, local_size, program.arg.vals({}),
-                          tuple(args)))
+    kernels.append(Launch.of(get_runtime(device, program), device, global_size, local_size, program.arg.vals({}),
+                             tuple(args)))
   return kernels
 
 
 def launch(kernels: list[Launch], buffers: list) -> None:
   """Launch the kernels in order on the parameter `buffers` (tinygrad Buffers, allocated)."""
   for k in kernels:
-    k.runtime(*[buffers[a].get_buf(k.device) if isinstance(a, int) else a for a in k.args],
-              global_size=k.global_size, local_size=k.local_size, vals=k.vals, wait=False)
+    if k.direct is not None:
+      addresses = list(k.addresses)
+      for position, a in k.parameters:
+        addresses[position] = buffers[a].get_buf(k.device).va_addr
+      k.direct(*addresses)
+    else:
+      k.runtime(*[buffers[a].get_buf(k.device) if isinstance(a, int) else a for a in k.args],
+                global_size=k.global_size, local_size=k.local_size, vals=k.vals, wait=False)
