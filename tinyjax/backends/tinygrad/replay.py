@@ -50,6 +50,7 @@ class Replayed:
 
   def __init__(self, run, lazy, program, const):
     self.kernels = None  # the captured kernels resolved for launching, when every one is a plain kernel launch
+    self.synchronous = False  # every one of them is a direct call (Launch.direct): a replay is done when it returns
     self.templates: list[_OutputTemplate] = []  # of each written output
     self.run, self.lazy, self.program, self.const = run, lazy, program, const
     self.n_inputs = len(program.in_avals)
@@ -95,6 +96,7 @@ class Replayed:
       return self.run(inputs)
     self.linear = jit.captured.linear
     self.kernels = launches(self.linear)
+    self.synchronous = self.kernels is not None and all(k.direct is not None for k in self.kernels)
     return self._replay(inputs)
 
   def _assign_outputs(self, *buffers):

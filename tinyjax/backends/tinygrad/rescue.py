@@ -41,12 +41,18 @@ class Rescuable:
     self.on_xla = None  # the program compiled by XLA, once rescued
 
   def __call__(self, inputs):
+    runner = self.runner
+    if self.on_xla is None and isinstance(runner, Replayed) and runner.kernels is not None:
+      # NB: a replay by the launcher makes no kernel: no kernel context (entering tinygrad's parses its DEV setting).
+      # One whose kernels all run in this thread is done when it returns: the backend stays idle (a wait for its
+      # outputs has nothing to wait for)
+      if not runner.synchronous:
+        self.backend.idle = False
+      if (outs := runner.launched(inputs)) is not None:
+        return outs
     self.backend.idle = False
     if self.on_xla is not None:
       return self._run_on_xla(inputs)
-    # NB: a replay by the launcher makes no kernel: no kernel context (entering tinygrad's parses its DEV setting)
-    if isinstance(self.runner, Replayed) and (outs := self.runner.launched(inputs)) is not None:
-      return outs
     try:
       with kernel_context(**self.backend.contexts):
         return self.runner(inputs)
