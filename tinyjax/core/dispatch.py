@@ -36,11 +36,12 @@ MISS = object()
 class _Entry:
   """A remembered call: its trace (valid while the trace cache still holds it), its dynamic leaves and their avals,
   how each output is made, and the outputs of its program (as a flush of this call alone numbers them)."""
-  __slots__ = ("traced", "trace_key", "signature", "scalars_dynamic", "dynamic", "avals", "outputs", "program_outs",
-               "forwards")
+  __slots__ = ("traced", "trace_key", "generation", "signature", "scalars_dynamic", "dynamic", "avals", "outputs",
+               "program_outs", "forwards")
 
   def __init__(self, traced, trace_key, signature, scalars_dynamic, dynamic, avals):
     self.traced, self.trace_key, self.signature = traced, trace_key, signature
+    self.generation = tracing.trace_generation()  # the trace cache's, when the trace was last seen in it
     self.scalars_dynamic = scalars_dynamic  # valid until a call finds the function needs them static
     self.dynamic, self.avals = tuple(dynamic), tuple(avals)
     self.outputs = traced.outputs
@@ -91,8 +92,10 @@ def run(prepared):
   if entry is None or entry.scalars_dynamic and tracing.scalars_static(entry.signature):
     return MISS
   traced = entry.traced
-  if tracing.cached_trace(entry.trace_key) is not traced:
-    return MISS
+  if entry.generation != tracing.trace_generation():  # the trace cache dropped a trace since: is it this one?
+    if tracing.cached_trace(entry.trace_key) is not traced:
+      return MISS
+    entry.generation = tracing.trace_generation()
   backend = pending.flush_backend()
   inputs = [tracing.input_value(leaves[i], aval) for i, aval in zip(entry.dynamic, entry.avals)]
   positions: dict[int, int] = {}  # id(value) -> its position among the program's inputs (the first occurrence)
