@@ -56,7 +56,7 @@ def get(name: str) -> str:
   stack = _device_stack.get()
   if name == "device" and stack:
     return stack[-1][1]
-  if name == "backend" and (backends := [b for b, _ in stack if b is not None]):
+  if name == "backend" and stack and (backends := [b for b, _ in stack if b is not None]):
     return backends[-1]
   if name in _overrides:
     return _overrides[name]
@@ -64,6 +64,7 @@ def get(name: str) -> str:
 
 
 _ENV_KEYS = {s.env: os.fsencode(s.env) for s in SETTINGS.values()}
+_POSIX = os.name == "posix"
 
 
 def _environ(setting: Setting) -> str:
@@ -71,7 +72,7 @@ def _environ(setting: Setting) -> str:
 
   NB: settings are read at every call (a jit call reads five); os.environ.get is Python-level code around the dict of
   bytes it keeps in step with every change made through os.environ (CPython on POSIX), which is read directly."""
-  data = getattr(os.environ, "_data", None) if os.name == "posix" else None
+  data = getattr(os.environ, "_data", None) if _POSIX else None
   if data is None:
     return os.environ.get(setting.env, setting.default)
   raw = data.get(_ENV_KEYS[setting.env])
