@@ -67,6 +67,39 @@ def test_float_sums_and_products_keep_their_order():
                              lax.integer_pow(x, 5), lax.integer_pow(x, 13), lax.integer_pow(x, -7)], big, spread)
 
 
+_GROUPED = {
+  "float sums, grouped as XLA groups them": lambda x, y: [
+    1.0 + 676.52 / (x + 1.0) + -1259.14 / (x + 2.0) + 771.32 / (x + 3.0), (x + 0.3) + 0.7, (x * 3.3) * 5.1,
+    (x + 0.3) + y, (x * 3.3) * y, (y + x) + x, x / x, (x * y) / y, x * -1.0 * -1.0, -(x - y), 1.0 - (x - y)],
+  "float sums of products, grouped as XLA groups them": lambda x, y: [
+    x * 0.7 + x * 0.2, x + x * 0.3, (y + x * 0.7) + x * 0.2, (y + x) + x * 0.3],
+}
+
+
+@pytest.mark.parametrize("name", [param(name, name=name, id=name) for name in _GROUPED])
+def test_float_arithmetic_is_not_regrouped(name):
+  """Float arithmetic grouped as XLA groups it, bit for bit: tinygrad's rules that regroup it where XLA does not
+  (constants moved to the end of a chain, common factors taken out) or cancel an operand (x / x, x * y / y) are
+  declined for floats; the regroupings XLA makes too ((x + 0.3) + 0.7, (x * 3.3) * 5.1) stay. The first is lgamma's
+  Lanczos sum; XLA's jit computes x * 0.7 + x * 0.2 as a fused multiply-add. NB: no subnormal operands (XLA's jit
+  flushes them to zero, its eager operations do not)."""
+  x = np.concatenate([np.linspace(0.6, 30, 4001), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, 3e38, -2.5]])
+  x = x.astype(np.float32)
+  check_traced(_GROUPED[name], x, np.roll(x, 7), jax_jit=True, rtol=0)
+
+
+def test_float_regrouping_rules_declined_for_floats_only():
+  """Each of tinygrad's regrouping rules amended (amendments.float_inexact_rules) still folds integers."""
+  found = amendments.float_inexact_rules()
+  assert all(found.values()), {text: fxns for text, fxns in found.items() if not fxns}
+  assert all(fxn.__code__ is amendments._FLOAT_INEXACT_RULES[text][1].__code__
+             for text, fxns in found.items() for fxn in fxns)
+  i = UOp.variable("i", 0, 10, dtypes.int32)
+  f = i.cast(dtypes.float32)
+  for regrouped in (lambda v: (v + 3) + v, lambda v: v * 3 + v * 4, lambda v: v + v * 3, lambda v: (v * 3) * v):
+    assert regrouped(i).simplify() is not regrouped(i) and regrouped(f).simplify() is regrouped(f)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32])
 def test_a_range_of_a_buffer_at_any_offset(dtype):
   """x[o:o+n] of an input at every offset, as a result and read by a kernel: tinygrad made the range a view of the

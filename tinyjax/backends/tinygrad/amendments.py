@@ -38,6 +38,7 @@ the float piece cut to integers (0.2 -> 0). The fold is kept where the alternati
 """
 import ctypes
 import functools
+import linecache
 import math
 import sys
 import time
@@ -74,6 +75,55 @@ def _keep_float_zeros() -> None:
   assert len(folds) == 2, f"tinygrad's x + 0 and x * 0 rules have changed: {folds}"
   for pattern, fxn in folds:
     fxn.__code__ = _ZERO_FOLDS[frozenset(pattern.op)].__code__
+
+
+# tinygrad's rules that regroup float arithmetic where XLA does not, or cancel a float operand (tinygrad.uop.symbolic),
+# by the text of the rule's function, each with its count, and that function declining where the result is a float.
+# NB: as _ADD_ZERO's, lambdas without closures in symbolic's names. XLA's own regroupings are kept: its simplifier
+# folds (x op c1) op c2 into x op (c1 op c2) for + and *, and (x / y) / z into x / (y * z), as tinygrad does.
+_FLOAT_INEXACT_RULES = {
+  "lambda x,c0,c1: x*(c0+c1)": (1, lambda x,c0,c1: None if dtypes.is_float(x.dtype) else x*(c0+c1)),  # noqa: E231
+  "lambda x,y,c0,c1: y+x*(c0+c1)": (1, lambda x,y,c0,c1: None if dtypes.is_float(x.dtype) else y+x*(c0+c1)),  # noqa
+  "lambda x,c: x*(c+1)": (1, lambda x,c: None if dtypes.is_float(x.dtype) else x*(c+1)),  # noqa: E231
+  "lambda x,y,c: y+x*(c+1)": (2, lambda x,y,c: None if dtypes.is_float(x.dtype) else y+x*(c+1)),  # noqa: E231
+  "lambda y,x: y+x*2": (1, lambda y,x: None if dtypes.is_float(x.dtype) else y+x*2),  # noqa: E231
+  "lambda y,c,t,tt,f,ff: y+c.where(t+tt, f+ff)":
+    (1, lambda y,c,t,tt,f,ff: None if dtypes.is_float(y.dtype) else  # noqa: E231
+     y+c.where(t+tt, f+ff) if t.op == tt.op == Ops.CONST or f.op == ff.op == Ops.CONST else None),
+  "lambda x,c1,y: (x+y)+c1": (1, lambda x,c1,y: None if dtypes.is_float(x.dtype) or y.op is Ops.CONST else (x+y)+c1),
+  "lambda x,c1,y: (x*y)*c1": (1, lambda x,c1,y: None if dtypes.is_float(x.dtype) or y.op is Ops.CONST else (x*y)*c1),
+  ") / UPat.var(\"x\"), lambda x: x.const_like(1)": (1, lambda x: None if dtypes.is_float(x.dtype) else x.const_like(1)),
+  "lambda x,x2: x), # (x*x2)/x2": (1, lambda x,x2: None if dtypes.is_float(x.dtype) else x),  # noqa: E231
+}
+
+
+def float_inexact_rules() -> dict[str, list]:
+  """tinygrad's symbolic rules in _FLOAT_INEXACT_RULES: {text: [function, ...]}."""
+  found: dict[str, list] = {text: [] for text in _FLOAT_INEXACT_RULES}
+  for _, fxn in symbolic.symbolic.patterns:
+    line = linecache.getline(fxn.__code__.co_filename, fxn.__code__.co_firstlineno)
+    for text in found:
+      # NB: an amended rule's code is tinyjax's (its line is here): the rule says which it was
+      if (text in line or getattr(fxn, "tinyjax_rule", None) == text) and fxn not in found[text]:
+        found[text].append(fxn)
+  return found
+
+
+def _keep_float_arithmetic() -> None:
+  """Decline tinygrad's rules that regroup float arithmetic where XLA does not ((x + c1) + y -> (x + y) + c1,
+  x*c0 + x*c1 -> x*(c0 + c1), x + x*c -> x*(c + 1), (y + x) + x -> y + x*2, ...) or cancel a float operand (x / x -> 1,
+  (x*x2)/x2 -> x) where the result is a float: integer and index arithmetic keeps them.
+
+  NB: tinygrad 0.14 applies them to every dtype. XLA computes a float x*c0 + x*c1 as written (a fused multiply-add
+  of one product into the other, as clang contracts it) and sums in the order written, so each regrouping rounded
+  differently: lgamma's Lanczos sum, 1 + a + b computed as (a + b) + 1, differed from XLA's in a quarter of float32
+  inputs. x / x is NaN for 0, inf and NaN.
+  """
+  for text, fxns in float_inexact_rules().items():
+    count, replacement = _FLOAT_INEXACT_RULES[text]
+    assert len(fxns) == count, f"tinygrad's rule {text!r} has changed: found {len(fxns)}, expected {count}"
+    for fxn in fxns:
+      fxn.__code__, fxn.tinyjax_rule = replacement.__code__, text
 
 
 def c_style_renderers() -> list:
@@ -332,6 +382,7 @@ def amend() -> None:
   if not _amended:
     _teach_division()
     _keep_float_zeros()
+    _keep_float_arithmetic()
     _keep_float_order()
     _fix_wgsl()
     _align_views()
