@@ -183,7 +183,9 @@ def test_cpu_kernels_on_typed_pointers_compute_as_xla(size):
   for _ in range(3):  # traced, captured, replayed by the launcher
     got = step(x, y)
   expected = jax.jit(f)(x, y)
-  np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(expected[0]))
+  # NB: a tolerance: on a device whose compiler does not contract x * y + 1.0 into a fused multiply-add (WGSL's), the
+  # product's last bit differs from jax.jit's (tests/xfail.py, 'a * b + c, fused'): 2 ulps of |x * y| <= 9
+  np.testing.assert_allclose(np.asarray(got[0]), np.asarray(expected[0]), rtol=0, atol=2e-6)
   np.testing.assert_allclose(np.asarray(got[1]), np.asarray(expected[1]), rtol=1e-5)
 
 
