@@ -148,8 +148,9 @@ def _expm1_32(x):
 def _frexp32(x):
   """(f, e) with x = (1 + f) 2**e, 1 + f in [sqrt(1/2), sqrt(2)), f exact, for positive finite float32 x.
 
-  NB: f comes from the mantissa's integer bits, not as m - 1: tinygrad moves an added constant past later terms,
-  (m - 1) + y -> (m + y) - 1, which rounds m + y and loses log's digits near 1.
+  NB: f comes from the mantissa's integer bits, not as m - 1: written when tinygrad moved an added constant past
+  later terms, (m - 1) + y -> (m + y) - 1, rounding m + y (a rule amendments.py now declines for floats); the bits
+  give the same exact f.
   """
   denormal = x < 2.0 ** -126
   b = bits(denormal.where(x * 2.0 ** 23, x))
