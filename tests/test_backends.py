@@ -177,6 +177,10 @@ def test_unknown_or_unavailable_device(monkeypatch, backend, device):
   monkeypatch.setenv("TINYJAX_BACKEND", backend)
   monkeypatch.setenv("TINYJAX_DEVICE", device)
   x = tnp.arange(3) + 1
+  if device in {d.name for d in tinyjax.devices(backend)}:  # a machine that has it (a GPU's): it computes there
+    assert_like_jax(x, jnp.arange(3) + 1)
+    assert x.device == tinyjax.Device(backend, device)
+    return
   with pytest.raises(tinyjax.DeviceNotFoundError) as info:
     np.asarray(x)
   assert isinstance(info.value, RuntimeError)
@@ -187,6 +191,18 @@ def test_unknown_or_unavailable_device(monkeypatch, backend, device):
   assert_like_jax(x, jnp.arange(3) + 1)  # the value survived the failed flush
   with pytest.raises(tinyjax.DeviceNotFoundError, match=repr(device)):
     tinyjax.device_put(np.ones(2), device)
+
+
+def test_a_device_failing_without_a_message_names_the_error(monkeypatch):
+  """tinygrad's NV device, finding no GPU it can drive, raises a StopIteration with no message: the error says so."""
+  from tinygrad import Device as TgDevice
+  from tinyjax.backends.tinygrad import device
+  def refuse(self, name):
+    raise StopIteration
+  monkeypatch.setattr(type(TgDevice), "__getitem__", refuse)
+  monkeypatch.setattr(device, "available_devices", lambda: [])
+  with pytest.raises(tinyjax.DeviceNotFoundError, match=r"'NV' is not available here \(StopIteration\); available: none"):
+    device.opened("NV")
 
 
 def _run_script(code: str, env: dict) -> str:

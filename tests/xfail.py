@@ -37,8 +37,8 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
   **{(device, "a * b + c, fused", "float32"): "JAX's own two answers: XLA under jax.jit contracts a * b + c into a "
      "fused multiply-add (on 10000 random float32 triples, jit's result is the exact fma's every time), while JAX's "
      "eager calls round the product first (2366 of the 10000 differ from jit's). tinyjax fuses eager calls into one "
-     "program, which clang and POCL contract as XLA's jit does (WGSL's compilers did not): the test compares with the "
-     "eager result" for device in ("CPU", "CL")},
+     "program, which clang, POCL and NVRTC contract as XLA's jit does (WGSL's compilers did not): the test compares "
+     "with the eager result" for device in ("CPU", "CL", "CUDA")},
   ("WEBGPU", "float sums of products, grouped as XLA groups them", None): "WGSL's compilers do not contract a "
     "product and a sum into a fused multiply-add as XLA's jit, clang and POCL do (see 'a * b + c, fused')",
   ("WEBGPU", "complex qr with NaN", None): "WGSL lets its compilers assume no NaN: a NaN below the diagonal does not "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 from tinygrad import codegen, dtypes
-from tinygrad.runtime import ops_cpu
+from tinygrad.runtime import ops_cpu, ops_cuda
 from tinygrad.uop.ops import UOp
 
 from oracle import check, check_traced
@@ -187,6 +187,18 @@ def test_cpu_kernels_on_typed_pointers_compute_as_xla(size):
   # product's last bit differs from jax.jit's (tests/xfail.py, 'a * b + c, fused'): 2 ulps of |x * y| <= 9
   np.testing.assert_allclose(np.asarray(got[0]), np.asarray(expected[0]), rtol=0, atol=2e-6)
   np.testing.assert_allclose(np.asarray(got[1]), np.asarray(expected[1]), rtol=1e-5)
+
+
+def test_cuda_devices_have_no_graph_for_tinyjit():
+  """A CUDA device keeps no graph runtime whatever tinygrad's Compiled.__init__ sets (it sets CUDAGraph), so
+  TinyJit's capture stays plain kernels (engine/jit.py batches only where `graph is not None`), which the launcher
+  replays. (The suite's device leg on CUDA runs the captures themselves: test_eigen, test_linalg.)"""
+  from tinygrad.engine import jit
+  assert "graph_t = graph_class(devs[0]) if devs[0].graph is not None else None" in inspect.getsource(jit)
+  assert "CUDAGraph" in inspect.getsource(ops_cuda.CUDADevice.__init__)
+  device = ops_cuda.CUDADevice.__new__(ops_cuda.CUDADevice)  # NB: no __init__: no GPU here
+  device.graph = object()
+  assert device.graph is None
 
 
 def test_block_until_ready_waits_for_each_call():

@@ -1,7 +1,7 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize and kernel calls, its kernel
-heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
+its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize and kernel calls, its
+CUDA device's graphs, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
@@ -48,7 +48,7 @@ from tinygrad.codegen.late import gater
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
-from tinygrad.runtime import ops_cpu
+from tinygrad.runtime import ops_cpu, ops_cuda
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
@@ -362,6 +362,18 @@ def _call_cpu_programs_with_typed_arguments() -> None:
   ops_cpu.CPUProgram.__call__ = _call_cpu_program
 
 
+def _launch_captured_cuda_kernels_one_by_one() -> None:
+  """tinygrad's CUDA device has no graph runtime for TinyJit to batch a capture's kernels into: the captured kernels
+  are launched one by one (tinyjax's replay launches them itself, replay.py, as on CPU, CL and WEBGPU).
+
+  NB: tinygrad 0.14's CUDA graph (runtime/graph/cuda.py) was refused by the driver while it was being built, at
+  cuGraphAddKernelNode ("CUDA Error 1, invalid argument"), for captures whose kernels launch plainly: the complex
+  eigh of 2x2 matrices and the pivoted QR of a 3x3 matrix with a zero column (H200, driver 580, CUDA 13.0; with
+  JIT=2, no graphs, both passed). `graph` is a property of the class, which CUDADevice's own __init__ cannot set.
+  """
+  ops_cuda.CUDADevice.graph = property(lambda self: None, lambda self, graph: None)
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -392,5 +404,6 @@ def amend() -> None:
     _number_cl_arguments_by_position()
     _synchronize_with_views_made_once()
     _call_cpu_programs_with_typed_arguments()
+    _launch_captured_cuda_kernels_one_by_one()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True

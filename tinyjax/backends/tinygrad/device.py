@@ -42,7 +42,8 @@ def opened(device: str) -> tuple[str, Device]:
   except Exception as error:
     available = ", ".join(d.name for d in available_devices()) or "none"
     wanted = device or f"DEV={os.environ['DEV']}" if device or os.environ.get("DEV") else "(tinygrad's default)"
-    raise DeviceNotFoundError(f"tinygrad device {wanted!r} is not available here ({error}); available: "
+    why = str(error) or type(error).__name__  # NB: tinygrad's NV device, finding no GPU, raises a bare StopIteration
+    raise DeviceNotFoundError(f"tinygrad device {wanted!r} is not available here ({why}); available: "
                               f"{available}") from None
   return name, Device("tinygrad", requested or name)
 
