@@ -130,3 +130,27 @@ def test_fallback_policy_applies_at_each_call(monkeypatch):
   monkeypatch.setenv("TINYJAX_FALLBACK", "error")
   with pytest.raises(tinyjax.FallbackError):
     solve()
+
+
+@pytest.mark.parametrize("setting, error", [(lambda: jax.numpy_rank_promotion("raise"), ValueError),
+                                            (lambda: jax.numpy_dtype_promotion("strict"), jax.dtypes.TypePromotionError)],
+                         ids=["rank_promotion", "dtype_promotion"])
+def test_a_change_of_jaxs_trace_context_is_honoured(setting, error):
+  """A remembered call is not recalled under another trace context (JAX's settings that change what a function
+  traces to): under jax.numpy_rank_promotion("raise") and jax.numpy_dtype_promotion("strict") the calls that ran
+  before raise as JAX's do, and run again after the block."""
+  x, y, i = tnp.asarray(np.ones((2, 3), np.float32)), tnp.asarray(F32[:3]), tnp.asarray(I8[:3])
+  calls = [lambda m, x, y, i: m.add(x, y), lambda m, x, y, i: x + y, lambda m, x, y, i: y * i]
+  jx, jy, ji = (jnp.asarray(np.asarray(a)) for a in (x, y, i))
+  for _ in range(2):
+    before = [f(tnp, x, y, i) for f in calls]
+  with setting():
+    for f in calls:
+      try:
+        expected = f(jnp, jx, jy, ji)
+      except error:
+        with pytest.raises(error):
+          f(tnp, x, y, i)
+      else:
+        assert_like_jax(f(tnp, x, y, i), expected)
+  assert_like_jax(before + [f(tnp, x, y, i) for f in calls], [f(jnp, jx, jy, ji) for f in calls] * 2)

@@ -316,3 +316,21 @@ def test_threads_share_compiled_programs():
 def test_the_general_way_alone_matches_jax(general_way):
   for actual, wanted in zip(_run_all(tnp.asarray), _expected(), strict=True):
     assert_like_jax(actual, wanted, rtol=1e-6)
+
+
+def test_a_change_of_jaxs_trace_context_traces_again():
+  """JAX's settings that change what a function traces to (its trace context) are part of the fast path's key, as of
+  jax.jit's: under jax.numpy_rank_promotion("raise") a call that broadcasts a rank raises as JAX's does, after calls
+  that ran it, and the calls after the block run it again."""
+  f = lambda x, y: x + y  # noqa: E731
+  x, y = np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32)
+  ours, theirs = tinyjax.jit(f), jax.jit(f)
+  tx, ty = tnp.asarray(x), tnp.asarray(y)
+  for _ in range(3):  # traced, then the fast path
+    assert_like_jax(ours(tx, ty), theirs(x, y))
+  with jax.numpy_rank_promotion("raise"):
+    with pytest.raises(ValueError, match="rank_promotion"):
+      theirs(x, y)
+    with pytest.raises(ValueError, match="rank_promotion"):
+      ours(tx, ty)
+  assert_like_jax(ours(tx, ty), theirs(x, y))

@@ -79,6 +79,20 @@ def _environ(setting: Setting) -> str:
   return setting.default if raw is None else _decoded(raw)
 
 
+def state_of(*names: str):
+  """A function of no arguments giving a key that is equal between two of its calls only when none of the named
+  settings can differ between them (the default_device stack, their overrides and their environment variables as
+  they stand): what a result derived from those settings alone is cached under."""
+  env_names = [SETTINGS[name].env for name in names]
+  env_keys = [_ENV_KEYS[env] for env in env_names]
+
+  def key() -> tuple:
+    data = getattr(os.environ, "_data", None) if _POSIX else None
+    environ = tuple(map(os.environ.get, env_names)) if data is None else tuple(map(data.get, env_keys))
+    return _device_stack.get(), tuple(map(_overrides.get, names)), environ
+  return key
+
+
 @functools.lru_cache(maxsize=256)
 def _decoded(raw: bytes) -> str:
   return os.fsdecode(raw)

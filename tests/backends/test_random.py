@@ -194,6 +194,31 @@ def test_other_implementations_run_on_xla():
         native_only=False)
 
 
+@pytest.mark.parametrize("partitionable", [False, True])
+def test_threefry_scheme_of_the_moment(partitionable):
+  """Under jax.threefry_partitionable(False), the legacy scheme JAX draws by then, eager calls and jitted ones (a
+  split, samples, keys through a scan) give JAX's bits, also after the same calls ran under the other scheme, and
+  read after the block (a flush outside it); calls that draw under the legacy scheme run as JAX's eager calls."""
+  def draws(key):
+    key, sub = jax.random.split(key)
+    _, samples = lax.scan(lambda k, _: (jax.random.split(k)[0], jax.random.uniform(k, (2,))), sub, None, length=3)
+    return jax.random.key_data(key), samples, jax.random.normal(key, (5,))
+  tkey, key = tinyjax.random.key(7), jax.random.key(7)
+  jitted = tinyjax.jit(draws)
+  with jax.threefry_partitionable(not partitionable):  # the same calls, cached under the other scheme first
+    for _ in range(2):
+      tinyjax.random.normal(tkey, (5,)), jitted(tkey)
+  eager_before = tinyjax.report().eager.total()
+  with jax.threefry_partitionable(partitionable):
+    ours = [tinyjax.random.normal(tkey, (5,)), tinyjax.random.key_data(tinyjax.random.split(tkey, 3))] + \
+        [jitted(tkey) for _ in range(2)]
+    theirs = [jax.random.normal(key, (5,)), jax.random.key_data(jax.random.split(key, 3))] + \
+        [jax.jit(draws)(key) for _ in range(2)]
+  for a, e in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(e))  # read here, after the block
+  assert (tinyjax.report().eager.total() > eager_before) == (not partitionable)
+
+
 # --- 64 bits
 
 @pytest.mark.float64

@@ -36,17 +36,19 @@ MISS = object()
 class _Entry:
   """A remembered call: its trace (valid while the trace cache still holds it), its dynamic leaves and their avals,
   how each output is made, and the outputs of its program (as a flush of this call alone numbers them)."""
-  __slots__ = ("traced", "trace_key", "generation", "signature", "scalars_dynamic", "dynamic", "avals", "outputs",
-               "program_outs", "forwards")
+  __slots__ = ("traced", "trace_key", "context", "generation", "signature", "scalars_dynamic", "dynamic", "avals",
+               "outputs", "program_outs", "forwards", "wiring")
 
-  def __init__(self, traced, trace_key, signature, scalars_dynamic, dynamic, avals):
-    self.traced, self.trace_key, self.signature = traced, trace_key, signature
+  def __init__(self, traced, trace_key, context, signature, scalars_dynamic, dynamic, avals):
+    self.traced, self.trace_key, self.context, self.signature = traced, trace_key, context, signature
     self.generation = tracing.trace_generation()  # the trace cache's, when the trace was last seen in it
     self.scalars_dynamic = scalars_dynamic  # valid until a call finds the function needs them static
     self.dynamic, self.avals = tuple(dynamic), tuple(avals)
     self.outputs = traced.outputs
     self.program_outs = tuple((0, index) for kind, _, index in self.outputs if kind == pending.COMPUTED)
     self.forwards = any(kind == pending.INPUT for kind, _, _ in self.outputs)
+    # the flush's wiring of this call alone when its inputs are distinct Values (each its own program input)
+    self.wiring = ((traced.serial, tuple(-1 - i for i in range(len(self.dynamic)))),)
 
 
 def prepare(fn, args: tuple, kwargs: dict):
@@ -82,14 +84,15 @@ def prepare(fn, args: tuple, kwargs: dict):
         signature.append(tracing.static_key(leaf))
       except TypeError:  # unhashable
         return None
-  return leaves, (fn, treedef, tuple(signature), jax_config.trace_context()), static_scalars
+  return leaves, (fn, treedef, tuple(signature)), jax_config.trace_context(), static_scalars
 
 
 def run(prepared):
   """The outputs of the call, run at once, or MISS."""
-  leaves, key, _ = prepared
+  leaves, key, context, _ = prepared
   entry = _entries.get(key)
-  if entry is None or entry.scalars_dynamic and tracing.scalars_static(entry.signature):
+  # NB: JAX's trace context (46 settings) is compared, not hashed: the hash costs twice the comparison
+  if entry is None or entry.context != context or entry.scalars_dynamic and tracing.scalars_static(entry.signature):
     return MISS
   traced = entry.traced
   if entry.generation != tracing.trace_generation():  # the trace cache dropped a trace since: is it this one?
@@ -98,19 +101,13 @@ def run(prepared):
     entry.generation = tracing.trace_generation()
   backend = pending.flush_backend()
   inputs = [tracing.input_value(leaves[i], aval) for i, aval in zip(entry.dynamic, entry.avals)]
-  positions: dict[int, int] = {}  # id(value) -> its position among the program's inputs (the first occurrence)
-  unique = []
-  refs = []
-  for v in inputs:
-    position = positions.get(id(v))
-    if position is None:
-      position = positions[id(v)] = len(unique)
-      unique.append(v)
-    refs.append(-1 - position)
+  unique, wiring = inputs, entry.wiring
+  if len(set(map(id, inputs))) < len(inputs):  # a Value passed twice is one input of the program, as in a flush
+    unique, wiring = _shared(traced, inputs)
   computed = []
   if entry.program_outs:
     with pending.flush_lock:
-      compiled = pending.compiled_program((backend, ((traced.serial, tuple(refs)),), entry.program_outs))
+      compiled = pending.compiled_program((backend, wiring, entry.program_outs))
       if compiled is None:
         return MISS
       if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # as tracing.call applies the policy
@@ -120,6 +117,19 @@ def run(prepared):
   elif config.get("fallback") != "xla" or jax.config.jax_enable_x64:
     check_fallback(current_backend(), traced.program.eqns, user_source())
   return jax.tree_util.tree_unflatten(traced.out_tree, _outputs(entry, leaves, inputs, computed))
+
+
+def _shared(traced, inputs) -> tuple[list, tuple]:
+  """The program's inputs (each Value once, at its first occurrence) and the flush's wiring of the call."""
+  positions: dict[int, int] = {}  # id(value) -> its position among the program's inputs
+  unique, refs = [], []
+  for v in inputs:
+    position = positions.get(id(v))
+    if position is None:
+      position = positions[id(v)] = len(unique)
+      unique.append(v)
+    refs.append(-1 - position)
+  return unique, ((traced.serial, tuple(refs)),)
 
 
 def _outputs(entry, leaves, inputs, computed) -> list:
@@ -143,15 +153,15 @@ def _outputs(entry, leaves, inputs, computed) -> list:
 
 def remember(fn, prepared) -> None:
   """After the call went the general way (with an empty queue and concrete inputs): remember its trace."""
-  leaves, key, static_scalars = prepared
+  leaves, key, context, static_scalars = prepared
   treedef = key[1]
   signature = tracing.scalars_signature(fn, treedef, leaves)
   if signature is not None and tracing.scalars_static(signature) != static_scalars:
     return  # the call found its scalars must be static: the next call's key says so
   scalars_dynamic = signature is not None and not static_scalars
   trace_key, dynamic, avals, _ = tracing.trace_key(fn, treedef, leaves, scalars_dynamic)
-  if trace_key is None or (traced := tracing.cached_trace(trace_key)) is None:
+  if trace_key is None or (traced := tracing.cached_trace(trace_key)) is None or traced.runs_on_jax:
     return
   if len(_entries) >= _ENTRIES_KEPT:
     _entries.pop(next(iter(_entries)))
-  _entries[key] = _Entry(traced, trace_key, signature, scalars_dynamic, dynamic, avals)
+  _entries[key] = _Entry(traced, trace_key, context, signature, scalars_dynamic, dynamic, avals)

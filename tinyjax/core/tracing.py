@@ -7,7 +7,8 @@
   arguments) and its equations appended to the pending buffer;
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
   when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
-- functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays.
+- functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays, and so do
+  calls that draw random bits with jax_threefry_partitionable off (see Traced.runs_on_jax).
 """
 import collections
 import dataclasses
@@ -22,7 +23,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
-from jax.extend.core import ClosedJaxpr
+from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 
 from tinyjax import config
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
@@ -40,6 +41,9 @@ _serials = itertools.count()
 _traces: dict = {}
 _static_scalar_calls: set = set()  # call signatures that need their Python scalars as static values
 _TRACE_CACHE_SIZE = 4096
+# NB: how these hash the key's counters depends on jax_threefry_partitionable, read when JAX lowers them; tinyjax's
+# rules (backends/tinygrad/random.py) hash as the partitionable scheme (the default) does
+_RANDOM_BY_SCHEME = frozenset({"random_bits", "random_split"})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,6 +51,9 @@ class Traced:
   jaxpr: ClosedJaxpr
   out_tree: Any
   serial: int
+  # its calls run as JAX's own eager calls, at the call, under the settings in effect: it draws random bits with
+  # jax_threefry_partitionable off, which a flush (later, on other rules) would not honour
+  runs_on_jax: bool = False
 
   @functools.cached_property
   def program(self):
@@ -207,7 +214,8 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
-  traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials))
+  traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
+                  runs_on_jax=not jax.config.jax_threefry_partitionable and _draws_by_scheme(closed.jaxpr))
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
       global _trace_generation
@@ -215,6 +223,13 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
       _traces.pop(next(iter(_traces)))
     _traces[key] = traced
   return traced, dynamic, avals
+
+
+def _draws_by_scheme(jaxpr) -> bool:
+  """Whether the jaxpr (or one inside it) draws random bits or splits keys: equations whose result depends on
+  jax_threefry_partitionable."""
+  return any(e.primitive.name in _RANDOM_BY_SCHEME or any(_draws_by_scheme(j) for j in jaxprs_in_params(e.params))
+             for e in jaxpr.eqns)
 
 
 _last_keys: dict = {}
@@ -321,13 +336,14 @@ _trace_generation = 0  # counts the traces the trace cache dropped: a remembered
 
 
 class _Remembered:
-  """What a call's general way decided: its trace, where its dynamic inputs are among the arguments (an argument's
-  index, or a keyword) with their avals, and, for its Python ints, the integer ranges they must fit to stay traced."""
-  __slots__ = ("traced", "generation", "signature", "scalars_dynamic", "sources", "avals", "ints", "int_ranges",
-               "forwards", "single")
+  """What a call's general way decided: its trace (under JAX's trace context then), where its dynamic inputs are
+  among the arguments (an argument's index, or a keyword) with their avals, and, for its Python ints, the integer
+  ranges they must fit to stay traced."""
+  __slots__ = ("traced", "context", "generation", "signature", "scalars_dynamic", "sources", "avals", "ints",
+               "int_ranges", "forwards", "single")
 
   def __init__(self, traced, signature, scalars_dynamic, sources, avals, ints, int_ranges):
-    self.traced, self.generation = traced, _trace_generation
+    self.traced, self.context, self.generation = traced, jax_config.trace_context(), _trace_generation
     self.signature, self.scalars_dynamic = signature, scalars_dynamic
     self.sources, self.avals, self.ints, self.int_ranges = sources, avals, ints, int_ranges
     self.forwards = any(kind == pending.INPUT for kind, _, _ in traced.outputs)
@@ -365,8 +381,10 @@ def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
 
 def _recall(entry: _Remembered, args: tuple, kwargs: dict):
   """The call appended as the general way appends it, or _MISS when its decisions may no longer hold."""
-  if (entry.generation != _trace_generation or entry.scalars_dynamic and entry.signature in _static_scalar_calls
-          or inside_transformation()):
+  # NB: JAX's settings that change what a function traces to (rank promotion, PRNG implementation, ...) form its
+  # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
+  if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
+          or entry.scalars_dynamic and entry.signature in _static_scalar_calls or inside_transformation()):
     return _MISS
   for i in entry.ints:
     if not _fits(args[i], entry.int_ranges):
@@ -454,8 +472,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
             or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
       raise
     traced = None
-  if traced is None:  # outside the except block, so that a later error is not chained to this one
-    if scalars_dynamic:
+  if traced is None or traced.runs_on_jax:  # outside the except block, so that a later error is not chained to it
+    if scalars_dynamic and traced is None:
       _static_scalar_calls.add(signature)
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
     return _eager(fn, treedef, leaves)
