@@ -52,31 +52,27 @@ _device_stack: contextvars.ContextVar[tuple[tuple[str | None, str], ...]] = cont
 
 def get(name: str) -> str:
   """The value in effect: `default_device` (device, backend), then `update`, then the environment, then the default."""
-  setting = SETTINGS[name]
-  stack = _device_stack.get()
-  if name == "device" and stack:
-    return stack[-1][1]
-  if name == "backend" and stack and (backends := [b for b, _ in stack if b is not None]):
-    return backends[-1]
+  if name in _PLACED and (stack := _device_stack.get()):
+    if name == "device":
+      return stack[-1][1]
+    if backends := [b for b, _ in stack if b is not None]:
+      return backends[-1]
   if name in _overrides:
     return _overrides[name]
-  return _environ(setting)
-
-
-_ENV_KEYS = {s.env: os.fsencode(s.env) for s in SETTINGS.values()}
-_POSIX = os.name == "posix"
-
-
-def _environ(setting: Setting) -> str:
-  """The setting's environment variable, read now (a change between two calls is honoured), or its default.
-
-  NB: settings are read at every call (a jit call reads five); os.environ.get is Python-level code around the dict of
-  bytes it keeps in step with every change made through os.environ (CPython on POSIX), which is read directly."""
+  # NB: settings are read at every call (an eager operation reads two, a jit call four); os.environ.get is
+  # Python-level code around the dict of bytes it keeps in step with every change made through os.environ (CPython
+  # on POSIX), which is read directly: a change between two calls is honoured
   data = getattr(os.environ, "_data", None) if _POSIX else None
   if data is None:
+    setting = SETTINGS[name]
     return os.environ.get(setting.env, setting.default)
-  raw = data.get(_ENV_KEYS[setting.env])
-  return setting.default if raw is None else _decoded(raw)
+  raw = data.get(_ENV_KEY_OF[name])
+  return SETTINGS[name].default if raw is None else _decoded(raw)
+
+
+_PLACED = frozenset({"device", "backend"})  # the settings `default_device` sets
+_ENV_KEY_OF = {name: os.fsencode(s.env) for name, s in SETTINGS.items()}
+_POSIX = os.name == "posix"
 
 
 def state_of(*names: str):
@@ -84,7 +80,7 @@ def state_of(*names: str):
   settings can differ between them (the default_device stack, their overrides and their environment variables as
   they stand): what a result derived from those settings alone is cached under."""
   env_names = [SETTINGS[name].env for name in names]
-  env_keys = [_ENV_KEYS[env] for env in env_names]
+  env_keys = [_ENV_KEY_OF[name] for name in names]
 
   def key() -> tuple:
     data = getattr(os.environ, "_data", None) if _POSIX else None
@@ -124,12 +120,16 @@ def validated(name: str) -> str:
 
 def integer(name: str) -> int:
   """`validated` of an integer setting, as an int."""
-  return _integer(validated(name))
+  return _integer(name, get(name))
 
 
 # NB: settings are read at every call (an eager operation reads two); each value is checked (and parsed) once
 _checked = functools.lru_cache(maxsize=256)(_check)
-_integer = functools.lru_cache(maxsize=64)(int)
+
+
+@functools.lru_cache(maxsize=64)
+def _integer(name: str, value: str) -> int:
+  return int(_check(name, value))
 
 
 @contextlib.contextmanager

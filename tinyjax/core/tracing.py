@@ -384,7 +384,8 @@ def _recall(entry: _Remembered, args: tuple, kwargs: dict):
   # NB: JAX's settings that change what a function traces to (rank promotion, PRNG implementation, ...) form its
   # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
   if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
-          or entry.scalars_dynamic and entry.signature in _static_scalar_calls or inside_transformation()):
+          or entry.scalars_dynamic and entry.signature in _static_scalar_calls
+          or jax_core.trace_ctx.trace is not jax_core.eval_trace):  # NB: inside_transformation(), inlined
     return _MISS
   for i in entry.ints:
     if not _fits(args[i], entry.int_ranges):
@@ -410,7 +411,7 @@ def _appended(traced, inputs, arrays, single: bool, own_callers: int):
   if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
     check_fallback(current_backend(), traced.program.eqns, source)
   # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
-  forwarded = {id(a._value): a for a in arrays}
+  forwarded = {id(a._value): a for a in arrays} if arrays else None
   outs = []
   for v in pending.append(traced, inputs, source):
     out = forwarded.get(id(v)) if forwarded else None
