@@ -14,9 +14,26 @@ _backends: dict[tuple[str, str], Backend] = {}
 _lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
 
 
+_CHOOSING = config.state_of("backend", "device")
+_chosen: dict = {}  # the state of the settings that choose a backend -> ((name, device), the backend they chose)
+_CHOSEN_KEPT = 64
+
+
 def current_backend() -> Backend:
-  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device)."""
-  return backend_for(config.validated("backend"), config.get("device"))
+  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device).
+
+  NB: remembered by the state of the two settings, which costs half of reading them again (a jitted call asks at
+  every call); a choice holds while it is still the registry's backend for its name and device."""
+  state = _CHOOSING()
+  chosen = _chosen.get(state)
+  if chosen is not None and _backends.get(chosen[0]) is chosen[1]:
+    return chosen[1]
+  key = (config.validated("backend"), config.get("device"))
+  backend = backend_for(*key)
+  if len(_chosen) >= _CHOSEN_KEPT:
+    _chosen.clear()
+  _chosen[state] = (key, backend)
+  return backend
 
 
 def backend_for(name: str, device: str) -> Backend:

@@ -167,24 +167,9 @@ def flush(extra=()) -> None:
     run(asked, backend)  # the values read may not need what failed: they alone decide whether the read raises
 
 
-_FLUSH_SETTINGS = config.state_of("backend", "device", "check")
-_flush_backends: dict = {}  # the settings' state -> the backend a flush runs on
-_FLUSH_BACKENDS_KEPT = 64
-
-
 def flush_backend():
-  """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1.
-
-  NB: remembered by the state of the settings that choose it, which costs a fifth of choosing it again (a jitted
-  call chooses it at every call)."""
-  state = _FLUSH_SETTINGS()
-  backend = _flush_backends.get(state)
-  if backend is None:
-    backend = check.checked(current_backend())
-    if len(_flush_backends) >= _FLUSH_BACKENDS_KEPT:
-      _flush_backends.clear()
-    _flush_backends[state] = backend
-  return backend
+  """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1."""
+  return check.checked(current_backend())
 
 
 def _collect(values):
