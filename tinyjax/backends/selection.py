@@ -24,16 +24,26 @@ def current_backend() -> Backend:
 
   NB: remembered by the state of the two settings, which costs half of reading them again (a jitted call asks at
   every call); a choice holds while it is still the registry's backend for its name and device."""
+  return current_choice()[1]
+
+
+def current_choice() -> tuple[tuple[str, str], Backend]:
+  """((backend name, device) as the settings say, the backend): current_backend with its key in the registry."""
   state = _CHOOSING()
   chosen = _chosen.get(state)
-  if chosen is not None and _backends.get(chosen[0]) is chosen[1]:
-    return chosen[1]
+  if chosen is not None and still_chosen(chosen):
+    return chosen
   key = (config.validated("backend"), config.get("device"))
-  backend = backend_for(*key)
+  chosen = key, backend_for(*key)
   if len(_chosen) >= _CHOSEN_KEPT:
     _chosen.clear()
-  _chosen[state] = (key, backend)
-  return backend
+  _chosen[state] = chosen
+  return chosen
+
+
+def still_chosen(choice: tuple) -> bool:
+  """Whether a choice current_choice made is still the registry's backend for its name and device."""
+  return _backends.get(choice[0]) is choice[1]
 
 
 def backend_for(name: str, device: str) -> Backend:

@@ -18,7 +18,7 @@ from jax.extend.core import Literal
 
 from tinyjax import config
 from tinyjax.backends import check
-from tinyjax.backends.selection import current_backend
+from tinyjax.backends.selection import current_choice, still_chosen
 from tinyjax.core import report
 from tinyjax.ir.program import Builder
 
@@ -167,9 +167,26 @@ def flush(extra=()) -> None:
     run(asked, backend)  # the values read may not need what failed: they alone decide whether the read raises
 
 
+_FLUSH_SETTINGS = config.state_of("backend", "device", "check")
+_flush_backends: dict = {}  # the state of those settings -> (the backend in effect's choice, the flush's backend)
+_FLUSH_BACKENDS_KEPT = 64
+
+
 def flush_backend():
-  """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1."""
-  return check.checked(current_backend())
+  """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1.
+
+  NB: remembered by the state of the settings that choose it, while the choice is still the registry's (a jitted call
+  asks at every call; choosing again costs twice as much)."""
+  state = _FLUSH_SETTINGS()
+  remembered = _flush_backends.get(state)
+  if remembered is not None and still_chosen(remembered[0]):
+    return remembered[1]
+  choice = current_choice()
+  backend = check.checked(choice[1])
+  if len(_flush_backends) >= _FLUSH_BACKENDS_KEPT:
+    _flush_backends.clear()
+  _flush_backends[state] = (choice, backend)
+  return backend
 
 
 def _collect(values):
