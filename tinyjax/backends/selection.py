@@ -14,31 +14,15 @@ _backends: dict[tuple[str, str], Backend] = {}
 _lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
 
 
-_CHOOSING = config.state_of("backend", "device")
-_chosen: dict = {}  # the state of the settings that choose a backend -> ((name, device), the backend they chose)
-_CHOSEN_KEPT = 64
-
-
 def current_backend() -> Backend:
-  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device).
-
-  NB: remembered by the state of the two settings, which costs half of reading them again (a jitted call asks at
-  every call); a choice holds while it is still the registry's backend for its name and device."""
+  """The backend and device in effect now (TINYJAX_BACKEND / TINYJAX_DEVICE / config.update / default_device)."""
   return current_choice()[1]
 
 
 def current_choice() -> tuple[tuple[str, str], Backend]:
   """((backend name, device) as the settings say, the backend): current_backend with its key in the registry."""
-  state = _CHOOSING()
-  chosen = _chosen.get(state)
-  if chosen is not None and still_chosen(chosen):
-    return chosen
   key = (config.validated("backend"), config.get("device"))
-  chosen = key, backend_for(*key)
-  if len(_chosen) >= _CHOSEN_KEPT:
-    _chosen.clear()
-  _chosen[state] = chosen
-  return chosen
+  return key, backend_for(*key)
 
 
 def still_chosen(choice: tuple) -> bool:

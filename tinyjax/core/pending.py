@@ -175,8 +175,8 @@ _FLUSH_BACKENDS_KEPT = 64
 def flush_backend():
   """The backend a flush runs on now: the one in effect, checked against XLA under TINYJAX_CHECK=1.
 
-  NB: remembered by the state of the settings that choose it, while the choice is still the registry's (a jitted call
-  asks at every call; choosing again costs twice as much)."""
+  NB: remembered by the state of the settings that choose it, while the choice is still the registry's backend (a
+  jitted call asks at every call; choosing again costs twice as much)."""
   state = _FLUSH_SETTINGS()
   remembered = _flush_backends.get(state)
   if remembered is not None and still_chosen(remembered[0]):

@@ -385,7 +385,7 @@ def _recall(entry: _Remembered, args: tuple, kwargs: dict):
   # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
   if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
           or entry.scalars_dynamic and entry.signature in _static_scalar_calls
-          or jax_core.trace_ctx.trace is not jax_core.eval_trace):  # NB: inside_transformation(), inlined
+          or inside_transformation()):
     return _MISS
   for i in entry.ints:
     if not _fits(args[i], entry.int_ranges):
