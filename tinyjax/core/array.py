@@ -37,6 +37,8 @@ def _operator(name):
   symbol, refused = _REFUSED.get(name, (None, ()))
 
   def op(self, other):
+    if type(other) in _COMMON_OPERANDS and not static_scalars:  # NB: the common case, tested first
+      return tracing.call(_apply_method, (method, self, other))
     if not isinstance(other, _OPERANDS) and hasattr(other, "__jax_array__"):  # NB: ours stay lazy
       other = other.__jax_array__()
     if isinstance(other, _OPERANDS):
@@ -56,7 +58,7 @@ def _operator(name):
 # and tuples (which would concatenate or repeat) and == and != refuse dicts, lists, sets and tuples (which Python
 # would compare by identity), with JAX's message (NB: JAX's != says "==" too); any other type gets NotImplemented,
 # so that the other operand may answer
-_OPERANDS = (np.ndarray, np.generic, jax.Array, int, float, complex)
+_OPERANDS = (int, float, complex, np.ndarray, np.generic, jax.Array)
 _SEQUENCES, _CONTAINERS = (list, tuple), (dict, list, set, tuple)
 _REFUSED = {"add": ("+", _SEQUENCES), "radd": ("+", _SEQUENCES), "mul": ("*", _SEQUENCES),
             "rmul": ("*", _SEQUENCES), "eq": ("==", _CONTAINERS), "ne": ("==", _CONTAINERS)}
@@ -325,6 +327,7 @@ def _from_host(host, weak_type):
 # NB: Python's own operator errors name a class by its __name__; JAX's arrays are jaxlib's ArrayImpl, so that
 # "'<' not supported between instances of 'ArrayImpl' and 'dict'" reads as JAX's (the class stays tinyjax.Array)
 Array.__name__ = "ArrayImpl"
+_COMMON_OPERANDS = frozenset({Array, float, int})  # NB: exactly these types; a subclass goes the general way
 for _name in _BINARY + _REFLECTED:
   setattr(Array, f"__{_name}__", _operator(_name))
 for _name in _UNARY:

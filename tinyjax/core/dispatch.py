@@ -18,8 +18,6 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 
-from tinyjax import config
-from tinyjax.backends.selection import check_fallback, current_backend
 from tinyjax.core import pending, tracing
 from tinyjax.core.array import Array
 from tinyjax.core.pending import Value
@@ -110,12 +108,11 @@ def run(prepared):
       compiled = pending.compiled_program((backend, wiring, entry.program_outs))
       if compiled is None:
         return MISS
-      if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # as tracing.call applies the policy
-        check_fallback(current_backend(), traced.program.eqns, user_source())
+      traced.check_policies(user_source())
       computed = [Value(aval) for kind, aval, _ in entry.outputs if kind == pending.COMPUTED]
       pending.execute(compiled, backend, computed, unique)
-  elif config.get("fallback") != "xla" or jax.config.jax_enable_x64:
-    check_fallback(current_backend(), traced.program.eqns, user_source())
+  else:
+    traced.check_policies(user_source())
   return jax.tree_util.tree_unflatten(traced.out_tree, _outputs(entry, leaves, inputs, computed))
 
 

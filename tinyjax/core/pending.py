@@ -138,10 +138,13 @@ def append(traced, inputs: list[Value], source: str) -> list[Value]:
   return outs
 
 
-def track(array) -> None:
-  """Register an Array whose value is pending; flush when the buffer grows past its bound."""
-  _queue.pending.append(weakref.ref(array))
-  if _queue.n_eqns > config.integer("buffer_limit"):
+def track(arrays) -> None:
+  """Register the Arrays among `arrays` whose values are pending; flush when the buffer has grown past its bound."""
+  queue = _queue
+  for array in arrays:
+    if array._value.node is not None:
+      queue.pending.append(weakref.ref(array))
+  if queue.n_eqns > config.integer("buffer_limit"):
     flush()
 
 

@@ -26,6 +26,7 @@ from jax._src import core as jax_core  # NB: the current trace (are we inside a 
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 
 from tinyjax import config
+from tinyjax.backends.float64 import uses_float64
 from tinyjax.backends.selection import backend_for, check_fallback, current_backend
 from tinyjax.core import pending
 from tinyjax.core.pending import DeletedValue, Value
@@ -68,6 +69,18 @@ class Traced:
   @functools.cached_property
   def n_eqns(self) -> int:
     return len(self.jaxpr.jaxpr.eqns)
+
+  @functools.cached_property
+  def uses_float64(self) -> bool:
+    """Whether an equation computes in float64 (which TINYJAX_F64 may forbid on the device)."""
+    return any(map(uses_float64, self.program.eqns))
+
+  def check_policies(self, source: str) -> None:
+    """TINYJAX_FALLBACK and TINYJAX_F64 applied at the user's call (`source`): raise or warn there.
+
+    NB: asked at every call; under the defaults (fallback xla) only a call with float64 can be refused."""
+    if self.uses_float64 or config.get("fallback") != "xla":
+      check_fallback(current_backend(), self.program.eqns, source)
 
 
 class Scalar:
@@ -364,6 +377,8 @@ def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
       key.append(_INT)
     elif kind is complex and not static_scalars:
       key.append(_COMPLEX)
+    elif kind is str:
+      key.append(a)  # NB: a string equals nothing else a key holds
     elif kind in _SIMPLE or kind in _SCALAR_TYPES:
       key.append(static_key(a))
     else:
@@ -385,7 +400,7 @@ def _recall(entry: _Remembered, args: tuple, kwargs: dict):
   # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
   if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
           or entry.scalars_dynamic and entry.signature in _static_scalar_calls
-          or inside_transformation()):
+          or jax_core.trace_ctx.trace is not jax_core.eval_trace):  # inside_transformation(), inlined
     return _MISS
   for i in entry.ints:
     if not _fits(args[i], entry.int_ranges):
@@ -408,18 +423,14 @@ def _appended(traced, inputs, arrays, single: bool, own_callers: int):
   """The call's outputs: its traced equations appended to the pending queue, the fallback policy applied.
   `own_callers`: how many of its callers are this module's (skipped when looking for the user's line)."""
   source = user_source(own=1 + own_callers)
-  if config.get("fallback") != "xla" or jax.config.jax_enable_x64:  # x64: TINYJAX_F64 may forbid float64
-    check_fallback(current_backend(), traced.program.eqns, source)
-  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
-  forwarded = {id(a._value): a for a in arrays} if arrays else None
-  outs = []
-  for v in pending.append(traced, inputs, source):
-    out = forwarded.get(id(v)) if forwarded else None
-    if out is None:
-      out = Array(v)
-    if out._value.node is not None:
-      pending.track(out)
-    outs.append(out)
+  traced.check_policies(source)
+  values = pending.append(traced, inputs, source)
+  if arrays:  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
+    forwarded = {id(a._value): a for a in arrays}
+    outs = [Array(v) if (out := forwarded.get(id(v))) is None else out for v in values]
+  else:
+    outs = list(map(Array, values))
+  pending.track(outs)
   return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 
