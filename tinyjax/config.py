@@ -57,22 +57,52 @@ def get(name: str) -> str:
       return stack[-1][1]
     if backends := [b for b, _ in stack if b is not None]:
       return backends[-1]
-  if name in _overrides:
-    return _overrides[name]
-  # NB: settings are read at every call (an eager operation reads two, a jit call four); os.environ.get is
-  # Python-level code around the dict of bytes it keeps in step with every change made through os.environ (CPython
-  # on POSIX), which is read directly: a change between two calls is honoured
-  data = getattr(os.environ, "_data", None) if _POSIX else None
-  if data is None:
-    setting = SETTINGS[name]
-    return os.environ.get(setting.env, setting.default)
-  raw = data.get(_ENV_KEY_OF[name])
-  return SETTINGS[name].default if raw is None else _decoded(raw)
+  return _UNPLACED[name]()
+
+
+def _unplaced(name: str):
+  """`get` of one setting apart from `default_device`: `update`, then the environment, then the default."""
+  setting, env_key = SETTINGS[name], _ENV_KEY_OF[name]
+
+  def read() -> str:
+    value = _overrides.get(name)
+    if value is not None:
+      return value
+    # NB: settings are read at every call (an eager operation reads two, a jit call four); os.environ.get is
+    # Python-level code around the dict of bytes it keeps in step with every change made through os.environ
+    # (CPython on POSIX), which is read directly: a change between two calls is honoured
+    if os.environ is not _ENVIRON or _ENVIRON_BYTES is None:
+      return os.environ.get(setting.env, setting.default)
+    raw = _ENVIRON_BYTES.get(env_key)
+    return setting.default if raw is None else _decoded(raw)
+  return read
 
 
 _PLACED = frozenset({"device", "backend"})  # the settings `default_device` sets
+_ENVIRON = os.environ
+_ENVIRON_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _ENV_KEY_OF = {name: os.fsencode(s.env) for name, s in SETTINGS.items()}
-_POSIX = os.name == "posix"
+_UNPLACED = {name: _unplaced(name) for name in SETTINGS}
+
+
+def reader(name: str):
+  """`get` of a setting that `default_device` does not set, as a function of no arguments; an integer setting's
+  value comes checked and parsed.
+
+  NB: for the settings asked at every eager operation: it costs half of `get`."""
+  assert name not in _PLACED, name
+  read = _UNPLACED[name]
+  if not SETTINGS[name].integer:
+    return read
+  last = [(None, None)]  # the last value read, and that value parsed (one tuple: threads share it)
+
+  def read_integer() -> int:
+    value = read()
+    text, parsed = last[0]
+    if value is not text:  # NB: the same text is the same object (an override's, or _decoded's cached one)
+      last[0] = value, (parsed := int(_check(name, value)))
+    return parsed
+  return read_integer
 
 
 def state_of(*names: str):
@@ -83,8 +113,10 @@ def state_of(*names: str):
   env_keys = [_ENV_KEY_OF[name] for name in names]
 
   def key() -> tuple:
-    data = getattr(os.environ, "_data", None) if _POSIX else None
-    environ = tuple(map(os.environ.get, env_names)) if data is None else tuple(map(data.get, env_keys))
+    if os.environ is not _ENVIRON or _ENVIRON_BYTES is None:
+      environ = tuple(map(os.environ.get, env_names))
+    else:
+      environ = tuple(map(_ENVIRON_BYTES.get, env_keys))
     return _device_stack.get(), tuple(map(_overrides.get, names)), environ
   return key
 
@@ -118,18 +150,8 @@ def validated(name: str) -> str:
   return _checked(name, get(name))
 
 
-def integer(name: str) -> int:
-  """`validated` of an integer setting, as an int."""
-  return _integer(name, get(name))
-
-
-# NB: settings are read at every call (an eager operation reads two); each value is checked (and parsed) once
+# NB: settings are read at every call (a jitted call reads four); each value is checked once
 _checked = functools.lru_cache(maxsize=256)(_check)
-
-
-@functools.lru_cache(maxsize=64)
-def _integer(name: str, value: str) -> int:
-  return int(_check(name, value))
 
 
 @contextlib.contextmanager

@@ -22,7 +22,6 @@ from tinyjax.core import pending, tracing
 from tinyjax.core.array import Array
 from tinyjax.core.pending import Value
 from tinyjax.core.tracing import Scalar
-from tinyjax.ir.source import user_source
 
 _SCALAR_TYPES = (int, float, complex)
 _HOST_ARRAYS = (np.ndarray, np.generic)
@@ -108,11 +107,11 @@ def run(prepared):
       compiled = pending.compiled_program((backend, wiring, entry.program_outs))
       if compiled is None:
         return MISS
-      traced.check_policies(user_source())
+      traced.check_policies()
       computed = [Value(aval) for kind, aval, _ in entry.outputs if kind == pending.COMPUTED]
       pending.execute(compiled, backend, computed, unique)
   else:
-    traced.check_policies(user_source())
+    traced.check_policies()
   return jax.tree_util.tree_unflatten(traced.out_tree, _outputs(entry, leaves, inputs, computed))
 
 

@@ -144,8 +144,11 @@ def track(arrays) -> None:
   for array in arrays:
     if array._value.node is not None:
       queue.pending.append(weakref.ref(array))
-  if queue.n_eqns > config.integer("buffer_limit"):
+  if queue.n_eqns > _buffer_limit():
     flush()
+
+
+_buffer_limit = config.reader("buffer_limit")
 
 
 def flush(extra=()) -> None:

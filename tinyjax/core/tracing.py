@@ -75,12 +75,16 @@ class Traced:
     """Whether an equation computes in float64 (which TINYJAX_F64 may forbid on the device)."""
     return any(map(uses_float64, self.program.eqns))
 
-  def check_policies(self, source: str) -> None:
-    """TINYJAX_FALLBACK and TINYJAX_F64 applied at the user's call (`source`): raise or warn there.
+  def check_policies(self, source: str | None = None) -> None:
+    """TINYJAX_FALLBACK and TINYJAX_F64 applied at the user's call (`source`, found here if not given): raise or
+    warn there.
 
     NB: asked at every call; under the defaults (fallback xla) only a call with float64 can be refused."""
-    if self.uses_float64 or config.get("fallback") != "xla":
-      check_fallback(current_backend(), self.program.eqns, source)
+    if self.uses_float64 or _fallback() != "xla":
+      check_fallback(current_backend(), self.program.eqns, source or user_source())
+
+
+_fallback = config.reader("fallback")
 
 
 class Scalar:
