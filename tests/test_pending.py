@@ -81,6 +81,25 @@ def test_buffer_limit_flushes_a_growing_buffer(monkeypatch, how):
   assert_like_jax(x, jnp.zeros(4) + 31)
 
 
+def test_a_changed_buffer_limit_holds_from_the_next_call(monkeypatch):
+  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "1000")
+  x = tnp.zeros(4) + 1
+  for _ in range(20):
+    x = x + 1
+  assert pending._queue.n_eqns >= 21
+  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "5")
+  x = x + 1  # past the new bound: flushed at this call
+  assert pending._queue.n_eqns == 0 and not x._value.pending
+  for _ in range(8):
+    x = x + 1
+  assert pending._queue.n_eqns <= 6
+  tinyjax.config.update("buffer_limit", 3)  # an override, restored after the test (tests/conftest.py)
+  for _ in range(8):
+    x = x + 1
+  assert pending._queue.n_eqns <= 4
+  assert_like_jax(x, jnp.zeros(4) + 38)
+
+
 @pytest.mark.parametrize("value", ["many", "-1", "1.5", ""])
 def test_bad_buffer_limit_names_the_variable(monkeypatch, value):
   monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", value)
