@@ -305,6 +305,47 @@ def test_symmetric_product():
         standard_normal((2, 3, 3), seed=7))
 
 
+# --- 16-bit floats: JAX's factorizations refuse them (LAPACK and cuSOLVER have none), its triangular solve computes
+HALF_PRECISION_CALLS = {
+  "qr": lambda np_, a: np_.linalg.qr(a),
+  "cholesky": lambda np_, a: np_.linalg.cholesky(a),
+  "lu": lambda np_, a: SCIPY[np_].lu(a),
+  "svd": lambda np_, a: np_.linalg.svd(a),
+  "eigh": lambda np_, a: np_.linalg.eigh(a),
+  "eig": lambda np_, a: np_.linalg.eig(a),
+  "det (lu)": lambda np_, a: np_.linalg.det(a),
+  "solve (lu)": lambda np_, a: np_.linalg.solve(a, a),
+  "hessenberg": lambda np_, a: SCIPY[np_].hessenberg(a),
+  "schur": lambda np_, a: SCIPY[np_].schur(a),
+  "householder_product": lambda np_, a: lax_linalg(np_, "householder_product")(a, a[0]),
+  "tridiagonal": lambda np_, a: lax_linalg(np_, "tridiagonal")(a),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(HALF_PRECISION_CALLS))
+@pytest.mark.parametrize("how", ["eager", "jit"])
+def test_factorizations_of_16_bit_floats_raise_jaxs_error_at_the_call(name, dtype, how):
+  a = positive_definite((4, 4)).astype(dtype)  # NB: not 3 x 3, whose det JAX writes out without lu
+  fn = HALF_PRECISION_CALLS[name]
+  calls = {np_: fn if how == "eager" else (jax.jit if np_ is jnp else tinyjax.jit)(functools.partial(fn, np_))
+           for np_ in (jnp, tnp)}
+  call = lambda np_: calls[np_](np_, a) if how == "eager" else calls[np_](a)  # noqa: E731
+  with pytest.raises(NotImplementedError) as expected:
+    jax.block_until_ready(call(jnp))
+  with pytest.raises(NotImplementedError) as actual:
+    call(tnp)  # at the call, before anything is read
+  assert str(actual.value) == str(expected.value) and f"Unsupported dtype {np.dtype(dtype).name}" in str(actual.value)
+
+
+def test_triangular_solve_of_16_bit_floats_computes_as_jaxs():
+  a = np.tril(well_conditioned((4, 4))).astype(np.float16)
+  b = standard_normal((4, 2)).astype(np.float16)
+  # NB: on a device without float16 it runs on XLA: the value is what is checked
+  check(lambda np_, a, b: SCIPY[np_].solve_triangular(a, b, lower=True), a, b, native_only=False, rtol=1e-2,
+        atol=1e-2)
+
+
 # --- complex matrices: LAPACK's z routines (L L^H, conjugate_a, izamax's |re| + |im| pivots, complex reflectors
 # with a real beta on R's diagonal), against XLA's results
 def complex_normal(shape, seed=21, dtype=np.complex64):

@@ -8,7 +8,8 @@
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
   when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
 - functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays, and so do
-  calls that draw random bits with jax_threefry_partitionable off (see Traced.runs_on_jax).
+  calls that draw random bits with jax_threefry_partitionable off and calls that factorize 16-bit floats, which
+  JAX refuses (see Traced.runs_on_jax).
 """
 import collections
 import dataclasses
@@ -45,6 +46,11 @@ _TRACE_CACHE_SIZE = 4096
 # NB: how these hash the key's counters depends on jax_threefry_partitionable, read when JAX lowers them; tinyjax's
 # rules (backends/tinygrad/random.py) hash as the partitionable scheme (the default) does
 _RANDOM_BY_SCHEME = frozenset({"random_bits", "random_split"})
+# NB: LAPACK's factorizations (and cuSOLVER's) have no 16-bit floats: JAX's lowerings of these raise
+# NotImplementedError ("Unsupported dtype float16") on every platform, where tinygrad's rules would compute them
+_FACTORIZATIONS = frozenset({"cholesky", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product", "lu",
+                             "qr", "schur", "svd", "tridiagonal", "tridiagonal_solve"})
+_HALF_FLOATS = frozenset({np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -53,7 +59,8 @@ class Traced:
   out_tree: Any
   serial: int
   # its calls run as JAX's own eager calls, at the call, under the settings in effect: it draws random bits with
-  # jax_threefry_partitionable off, which a flush (later, on other rules) would not honour
+  # jax_threefry_partitionable off, which a flush (later, on other rules) would not honour, or it factorizes a
+  # 16-bit float matrix, which JAX refuses (its error, raised at the call)
   runs_on_jax: bool = False
 
   @functools.cached_property
@@ -232,7 +239,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
-                  runs_on_jax=not jax.config.jax_threefry_partitionable and _draws_by_scheme(closed.jaxpr))
+                  runs_on_jax=_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable))
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
       global _trace_generation
@@ -242,11 +249,16 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   return traced, dynamic, avals
 
 
-def _draws_by_scheme(jaxpr) -> bool:
-  """Whether the jaxpr (or one inside it) draws random bits or splits keys: equations whose result depends on
-  jax_threefry_partitionable."""
-  return any(e.primitive.name in _RANDOM_BY_SCHEME or any(_draws_by_scheme(j) for j in jaxprs_in_params(e.params))
-             for e in jaxpr.eqns)
+def _runs_on_jax(jaxpr, partitionable: bool) -> bool:
+  """Whether the jaxpr (or one inside it) has an equation whose calls must be JAX's own (Traced.runs_on_jax): one
+  that draws random bits or splits keys under the legacy scheme, or a factorization of 16-bit floats."""
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if (name in _RANDOM_BY_SCHEME and not partitionable
+            or name in _FACTORIZATIONS and any(v.aval.dtype in _HALF_FLOATS for v in eqn.invars)
+            or any(_runs_on_jax(sub, partitionable) for sub in jaxprs_in_params(eqn.params))):
+      return True
+  return False
 
 
 _last_keys: dict = {}
