@@ -154,3 +154,29 @@ def test_a_change_of_jaxs_trace_context_is_honoured(setting, error):
       else:
         assert_like_jax(f(tnp, x, y, i), expected)
   assert_like_jax(before + [f(tnp, x, y, i) for f in calls], [f(jnp, jx, jy, ji) for f in calls] * 2)
+
+
+@pytest.mark.parametrize("checking", [jax.debug_nans, jax.debug_infs], ids=["debug_nans", "debug_infs"])
+def test_jaxs_value_checks_raise_as_jaxs_calls_do(checking):
+  """Under jax_debug_nans / jax_debug_infs (not part of JAX's trace context) JAX checks each operation's result: the
+  calls made before with the flag off (remembered, and jitted) raise JAX's FloatingPointError, naming the operation,
+  at the call; a call whose results are clean computes; the calls compute again after the block."""
+  x = np.array([-1.0, 0.0, 2.0], np.float32)
+  calls = [lambda m, jit, x: m.log(x), lambda m, jit, x: x / 0.0 * 0.0, lambda m, jit, x: jit(lambda v: m.log(v) * 2)(x),
+           lambda m, jit, x: m.exp(x) + 1, lambda m, jit, x: jit(lambda v: v * 3)(x)]
+  tx, jx = tnp.asarray(x), jnp.asarray(x)
+  jitted = {}
+  tiny_jit = lambda f: jitted.setdefault(f.__code__, tinyjax.jit(f))  # noqa: E731 (one jitted function per call site)
+  for _ in range(2):
+    before = [f(tnp, tiny_jit, tx) for f in calls]
+  with checking(True):
+    for f in calls:
+      try:
+        expected = f(jnp, jax.jit, jx)
+      except FloatingPointError as error:
+        with pytest.raises(FloatingPointError) as actual:
+          f(tnp, tiny_jit, tx)
+        assert str(actual.value) == str(error)
+      else:
+        assert_like_jax(f(tnp, tiny_jit, tx), expected)
+  assert_like_jax(before + [f(tnp, tiny_jit, tx) for f in calls], [f(jnp, jax.jit, jx) for f in calls] * 2)

@@ -8,8 +8,8 @@
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
   when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
 - functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays, and so do
-  calls that draw random bits with jax_threefry_partitionable off and calls that factorize 16-bit floats, which
-  JAX refuses (see Traced.runs_on_jax).
+  calls that draw random bits with jax_threefry_partitionable off, calls that factorize 16-bit floats, which JAX
+  refuses (see Traced.runs_on_jax), and every call while jax_debug_nans or jax_debug_infs is on.
 """
 import collections
 import dataclasses
@@ -324,6 +324,16 @@ def inside_transformation() -> bool:
   return jax_core.trace_ctx.trace is not jax_core.eval_trace
 
 
+# NB: not public; read at every call (a State's value costs a quarter of jax.config's attribute)
+_DEBUG_NANS, _DEBUG_INFS = jax_config.debug_nans, jax_config.debug_infs
+
+
+def jax_checks_values() -> bool:
+  """Whether jax_debug_nans or jax_debug_infs is on: JAX checks each operation's result then and raises
+  FloatingPointError naming the operation, so a call is JAX's own eager call (they are not part of the trace context)."""
+  return _DEBUG_NANS.value or _DEBUG_INFS.value
+
+
 def scalars_marked(args: tuple, kwargs: dict) -> tuple:
   """The call's top-level Python scalars that are traced as weak-typed inputs, wrapped in Scalar."""
   int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
@@ -416,7 +426,8 @@ def _recall(entry: _Remembered, args: tuple, kwargs: dict):
   # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
   if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
           or entry.scalars_dynamic and entry.signature in _static_scalar_calls
-          or jax_core.trace_ctx.trace is not jax_core.eval_trace):  # inside_transformation(), inlined
+          or jax_core.trace_ctx.trace is not jax_core.eval_trace  # inside_transformation(), inlined
+          or _DEBUG_NANS.value or _DEBUG_INFS.value):  # jax_checks_values(), inlined
     return _MISS
   for i in entry.ints:
     if not _fits(args[i], entry.int_ranges):
@@ -500,7 +511,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
             or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
       raise
     traced = None
-  if traced is None or traced.runs_on_jax:  # outside the except block, so that a later error is not chained to it
+  # outside the except block, so that a later error is not chained to it
+  if traced is None or traced.runs_on_jax or jax_checks_values():
     if scalars_dynamic and traced is None:
       _static_scalar_calls.add(signature)
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
