@@ -386,6 +386,17 @@ def test_complex_svd(shape, full_matrices):
   assert np.all(np.diff(s, axis=-1) <= 0)
 
 
+@pytest.mark.parametrize("shape", [(7, 2), (2, 7), (3, 5), (6, 1), (2, 3, 2, 7)], ids=str)
+def test_complex_svd_full_factors_of_non_square_matrices(shape):
+  """Full U (or V) of a non-square complex matrix is the product of every rotation: unitary to float32 accuracy
+  (JAX's testSVD draws entries as here, uniform in [-5, 5], and allows 3.6e-5 off the identity)."""
+  rng = np.random.default_rng(39)
+  a = (rng.uniform(-5, 5, (8, *shape)) + 1j * rng.uniform(-5, 5, (8, *shape))).astype(np.complex64)
+  (u, s, vt), (_, s_jax, _) = run_both(lambda np_, x: np_.linalg.svd(x, full_matrices=True), a)
+  assert_values(s, s_jax)
+  assert_svd(a, u, s, vt)
+
+
 def test_complex_svd_rank_deficient_and_nan():
   """Rank one (its null vectors completed to a unitary basis), and a NaN member."""
   a = np.stack([np.outer(complex_normal(4, seed=35), complex_normal(3, seed=36)), complex_normal((4, 3), seed=37),

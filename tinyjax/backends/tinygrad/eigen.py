@@ -156,21 +156,25 @@ def _eigh_round(a, v, rotated, tiny):
 def _svd_round(w, *rest, tolerance: float):
   """One round of one-sided Jacobi on the columns of w (batch + (R, N)), its rotations accumulated into the columns
   of q if given (rest: [q,] rotated, negligible): the pairs (i, N-1-i) whose cosine |w_p . w_q| / (|w_p| |w_q|)
-  exceeds `tolerance` rotate. `rotated` rises where a pair of columns both above `negligible` (a bound on their
-  squared norms, batch + (1,)) did. Returns w[, q], rotated, realized."""
+  exceeds `tolerance` and whose columns are both above `negligible` (a bound on their squared norms, batch + (1,))
+  rotate, and `rotated` rises where any did. Returns w[, q], rotated, realized.
+
+  NB: a pair with a negligible column does not rotate: such a column is what rounding left of a column earlier
+  rotations emptied, and rotations of such columns by their complex phase made q, the full U or V of a non-square
+  matrix, far from unitary (1e-3 to 0.16 off in complex64; the rotations that matter are the live columns')."""
   *q, rotated, negligible = rest
   size = w.shape[-1]
   half = size // 2
   norms = _real(_mul(_conj(w), w)).sum(-2)
   dots = _mul(_conj(w), w.flip(-1)).sum(-2)[..., :half]  # w_p^H w_q
   alpha, beta = norms[..., :half], norms.flip(-1)[..., :half]
-  rotates = _abs(dots) > tolerance * alpha.sqrt() * beta.sqrt()
   live = (alpha > negligible) & (beta > negligible)
+  rotates = (_abs(dots) > tolerance * alpha.sqrt() * beta.sqrt()) & live
   dots, phase = _off_diagonal(dots, rotates)
   _, (c, s) = _pair_rotations(_tangent(alpha, beta, dots), rotates, phase)
   c, s = c.unsqueeze(-2), s.unsqueeze(-2)
   out = [_ring_shift(_mul(x, c) + _mul(x.flip(-1), s), -1).contiguous() for x in (w, *q)]
-  out.append(rotated.maximum((rotates & live).max(-1, keepdim=True).cast(rotated.dtype)).contiguous())
+  out.append(rotated.maximum(rotates.max(-1, keepdim=True).cast(rotated.dtype)).contiguous())
   _realize(out)
   return out
 
