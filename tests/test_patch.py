@@ -16,6 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax._src import api as jax_api
+from jax._src import dispatch as jax_dispatch
+
 import tinyjax
 from tinyjax import patching as patch_module
 from tinyjax.cli.main import app
@@ -74,6 +77,7 @@ def _jax_state() -> dict:
   for name, module in zip(patch_module._computing_modules(), modules):
     state.update({(name, attr): value for attr, value in vars(module).items() if not attr.startswith("_")})
   state.update({("jax.Array", attr): value for attr, value in vars(jax.Array).items()})
+  state["jax._src.api", "jit"] = jax_api.jit
   return state
 
 
@@ -194,6 +198,30 @@ def test_a_patched_jit_is_jaxs_jit(use):
     assert_like_jax(actual, expected, rtol=1e-6)
   else:
     assert actual == expected
+
+
+def test_jit_where_jax_defines_it_is_patched_and_jaxs_runtime_keeps_its_own():
+  """`jax._src.api.jit` (what JAX's test utilities and some libraries call) is patched as `jax.jit` is; JAX's
+  runtime, which runs an eager primitive as a jitted call of it, keeps JAX's jit: a primitive without a tinygrad
+  rule (tridiagonal_solve) still runs on XLA, eagerly and inside a patched jit."""
+  a = np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3) + 3 * np.eye(3, dtype=np.float32)
+  dl, d, du = np.array([0, 1, 1], np.float32), np.array([4, 4, 4], np.float32), np.array([1, 1, 0], np.float32)
+  b = np.arange(3, dtype=np.float32).reshape(3, 1)
+  expected_inv = jax.jit(jnp.linalg.inv)(a)
+  expected_solve = jax.jit(jax.lax.linalg.tridiagonal_solve)(dl, d, du, b)
+  original_jit = jax_api.jit
+  with tinyjax.patch():
+    assert jax_api.jit is not original_jit
+    inverse = jax_api.jit(jnp.linalg.inv)(a)
+    primitive_callable = jax_dispatch.xla_primitive_callable(jax.lax.sin_p, accuracy=None)
+    eager_solve = jax.lax.linalg.tridiagonal_solve(dl, d, du, b)
+    jitted_solve = jax_api.jit(lambda *args: jax.lax.linalg.tridiagonal_solve(*args) * 2)(dl, d, du, b)
+  assert jax_api.jit is original_jit
+  assert isinstance(inverse, tinyjax.Array) and isinstance(jitted_solve, tinyjax.Array)
+  assert_like_jax(inverse, expected_inv, rtol=1e-5, atol=1e-6)
+  assert not isinstance(primitive_callable, patch_module._Jitted)
+  assert_like_jax(eager_solve, expected_solve, rtol=1e-6)
+  assert_like_jax(jitted_solve, expected_solve * 2, rtol=1e-6)
 
 
 def test_reductions_keep_jax_identity_of_their_monoid():

@@ -5,9 +5,10 @@
 - every function of jax.numpy, jax.lax, jax.random, jax.nn, jax.scipy, jax.image, jax.ops and their submodules
   becomes its tinyjax mirror (tinyjax.identity decides which names compute): on concrete values a buffered tinyjax
   call, on JAX tracers (inside jit, grad, vmap, scan, custom_jvp) JAX's own function, so tracing is exactly JAX's;
-- `jax.jit` makes functions that run their jaxpr on the tinyjax backend (as tinyjax.jit), and `jax.grad`,
-  `value_and_grad`, `vmap`, `jacfwd`, `jacrev`, `jacobian`, `hessian`, `checkpoint`/`remat`, `jvp`, `vjp`,
-  `linearize` called on concrete values trace the transformed function once and run it on the backend;
+- `jax.jit` (also where JAX defines it, `jax._src.api.jit`, but for JAX's runtime) makes functions that run their
+  jaxpr on the tinyjax backend (as tinyjax.jit), and `jax.grad`, `value_and_grad`, `vmap`, `jacfwd`, `jacrev`,
+  `jacobian`, `hessian`, `checkpoint`/`remat`, `jvp`, `vjp`, `linearize` called on concrete values trace the
+  transformed function once and run it on the backend;
 - `jax.device_put` makes tinyjax Arrays on the device in effect.
 
 Each replacement is a small wrapper holding JAX's original. It calls the original when the patch is off (so a
@@ -20,11 +21,13 @@ imported earlier), JAX's scalar types (`jnp.float32(1.0)`), and `jax.Array`s JAX
 """
 import functools
 import importlib
+import importlib.util
 import pkgutil
 import sys
 import types
 
 import jax
+from jax._src import api as jax_api
 
 from tinyjax import identity, transforms
 from tinyjax.core import mirror, tracing
@@ -125,12 +128,22 @@ class _Jitted:
     return repr(self._jitted)
 
 
-def _jit(original):
+# NB: JAX's runtime builds on jit where it is defined (`jax._src.api.jit`): an eager primitive is a jitted call of
+# that one primitive (dispatch.xla_primitive_callable), a transfer between shardings a jitted identity. Those stay
+# JAX's (tinyjax's own fallback to XLA goes through them); every other caller of that name (a library, JAX's test
+# utilities) gets the patched jit, as callers of `jax.jit` do.
+_JAX_RUNTIME = tuple(f"{importlib.util.find_spec(name).origin.removesuffix('.py')}"
+                     for name in ("jax._src.dispatch", "jax._src.pjit", "jax._src.hijax"))
+
+
+def _jit(original, runtime_stays_jax: bool = False):
   @functools.wraps(original)
   def jit(*fun, **options):
     if not fun:
       return functools.partial(jit, **options)  # `jax.jit(static_argnums=1)` used as a decorator
     jitted = original(*fun, **options)
+    if runtime_stays_jax and sys._getframe(1).f_code.co_filename.startswith(_JAX_RUNTIME):
+      return jitted
     return _Jitted(jitted) if _for_tinyjax() else jitted
   return jit
 
@@ -211,6 +224,7 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   for attr in ("jvp", "vjp", "linearize"):
     plan.append((jax, attr, _dispatching(getattr(jax, attr), getattr(transforms, attr))))
   plan.append((jax, "jit", _jit(jax.jit)))
+  plan.append((jax_api, "jit", _jit(jax_api.jit, runtime_stays_jax=True)))
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
   return plan
 
