@@ -2,7 +2,10 @@
 tinygrad they are written for."""
 import importlib.metadata
 import inspect
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -139,6 +142,31 @@ def test_a_kernel_that_drops_one_of_its_buffers():
   a = x @ x.conj().T + 3 * np.eye(3, dtype=np.complex64)
   check(lambda np_, m: (tinyjax if np_ is tnp else jax).lax.linalg.cholesky(m, symmetrize_input=False), a,
         rtol=2e-6, atol=1e-6)
+
+
+_SVD_GRADIENT = """
+import sys
+import numpy as np
+import tinyjax, tinyjax.numpy as jnp
+x = np.random.default_rng(0).standard_normal((2, 3, 2, 7)).astype(np.float32)
+np.save(sys.argv[1], np.asarray(tinyjax.grad(lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False) ** 2))(x)))
+"""
+
+
+def test_bool_logic_compiles_on_opencl(tmp_path):
+  """The gradient of svd's singular values of a batch of 2 x 7 matrices has a kernel of 48 ANDs of bools, which POCL's
+  LLVM aborted the process compiling while it was rendered `a&b` (hence a subprocess): it runs on CL, as JAX's."""
+  import jax
+  import jax.numpy as jnp
+  script, out = tmp_path / "svd_gradient.py", tmp_path / "gradient.npy"
+  script.write_text(_SVD_GRADIENT)
+  env = {**os.environ, "TINYJAX_DEVICE": "CL", "TINYJAX_FALLBACK": "error"}
+  done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-2000:]
+  x = np.random.default_rng(0).standard_normal((2, 3, 2, 7)).astype(np.float32)
+  expected = jax.grad(lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False) ** 2))(x)
+  np.testing.assert_allclose(np.load(out), expected, rtol=1e-5, atol=1e-5)
+  assert amendments.cstyle.OpenCLRenderer.code_for_op[amendments.Ops.AND]("a", "b", dtypes.bool) == "(a&&b)"
 
 
 def test_cl_arguments_are_read_by_position():

@@ -1,5 +1,5 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
-IEEE division on every renderer, its simplifier, its C-style and WGSL renderers, its buffer views, its gated loads,
+IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its gated loads,
 its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize and kernel calls, its
 CUDA device's graphs, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
@@ -172,6 +172,24 @@ def _teach_division() -> None:
   ptx.asm_for_op.setdefault(Ops.FDIV, _ptx_division)
   half = PatternMatcher([(UPat(Ops.FDIV, dtype=dtypes.half, src=(UPat.var("a"), UPat.var("b"))), _half_division)])
   ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
+
+
+def _logical_and(a, b, dtype):
+  return f"({a}&&{b})" if dtype == dtypes.bool else f"({a}&{b})"
+
+
+def _logical_or(a, b, dtype):
+  return f"({a}||{b})" if dtype == dtypes.bool else f"({a}|{b})"
+
+
+def _bool_logic_as_logical_on_opencl() -> None:
+  """NB: tinygrad's OpenCL C renders the AND of two bools as C's bitwise `a&b`. POCL 5 / LLVM on x86 vectorizes a
+  kernel with many of them (a gradient of svd's singular values: r_4_6_2_2, 48 bool ANDs) into an i8 vector
+  broadcast that its instruction selection cannot lower ("LLVM ERROR: Cannot select: v16i8 = X86ISD::VBROADCAST"),
+  and aborts the whole process in the compiler. `&&` / `||` of two bool values is the same value (both operands are
+  computed already), and compiles."""
+  for renderer in [cstyle.OpenCLRenderer, *cstyle.OpenCLRenderer.__subclasses__()]:
+    renderer.code_for_op = {**renderer.code_for_op, Ops.AND: _logical_and, Ops.OR: _logical_or}
 
 
 def _float_chain(ctx, x):
@@ -393,6 +411,7 @@ def amend() -> None:
   global _amended
   if not _amended:
     _teach_division()
+    _bool_logic_as_logical_on_opencl()
     _keep_float_zeros()
     _keep_float_arithmetic()
     _keep_float_order()
