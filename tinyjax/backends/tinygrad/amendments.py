@@ -174,12 +174,9 @@ def _teach_division() -> None:
   ptx.PTXRenderer.extra_matcher = half + ptx.PTXRenderer.extra_matcher
 
 
-def _logical_and(a, b, dtype):
-  return f"({a}&&{b})" if dtype == dtypes.bool else f"({a}&{b})"
-
-
-def _logical_or(a, b, dtype):
-  return f"({a}||{b})" if dtype == dtypes.bool else f"({a}|{b})"
+def _logical_on_bools(bitwise: str):
+  """C's `a&b` (`a|b`) as tinygrad renders it, but `a&&b` (`a||b`) where the operands are bools."""
+  return lambda a, b, dtype: f"({a}{bitwise * 2 if dtype == dtypes.bool else bitwise}{b})"
 
 
 def _bool_logic_as_logical_on_opencl() -> None:
@@ -189,7 +186,7 @@ def _bool_logic_as_logical_on_opencl() -> None:
   and aborts the whole process in the compiler. `&&` / `||` of two bool values is the same value (both operands are
   computed already), and compiles."""
   for renderer in [cstyle.OpenCLRenderer, *cstyle.OpenCLRenderer.__subclasses__()]:
-    renderer.code_for_op = {**renderer.code_for_op, Ops.AND: _logical_and, Ops.OR: _logical_or}
+    renderer.code_for_op = {**renderer.code_for_op, Ops.AND: _logical_on_bools("&"), Ops.OR: _logical_on_bools("|")}
 
 
 def _float_chain(ctx, x):
