@@ -203,7 +203,7 @@ def test_a_patched_jit_is_jaxs_jit(use):
 def test_jit_where_jax_defines_it_is_patched_and_jaxs_runtime_keeps_its_own():
   """`jax._src.api.jit` (what JAX's test utilities and some libraries call) is patched as `jax.jit` is; JAX's
   runtime, which runs an eager primitive as a jitted call of it, keeps JAX's jit: a primitive without a tinygrad
-  rule (tridiagonal_solve) still runs on XLA, eagerly and inside a patched jit."""
+  rule (tridiagonal_solve) still runs on XLA, eagerly and inside a patched jit, and pmap runs."""
   a = np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3) + 3 * np.eye(3, dtype=np.float32)
   dl, d, du = np.array([0, 1, 1], np.float32), np.array([4, 4, 4], np.float32), np.array([1, 1, 0], np.float32)
   b = np.arange(3, dtype=np.float32).reshape(3, 1)
@@ -216,12 +216,14 @@ def test_jit_where_jax_defines_it_is_patched_and_jaxs_runtime_keeps_its_own():
     primitive_callable = jax_dispatch.xla_primitive_callable(jax.lax.sin_p, accuracy=None)
     eager_solve = jax.lax.linalg.tridiagonal_solve(dl, d, du, b)
     jitted_solve = jax_api.jit(lambda *args: jax.lax.linalg.tridiagonal_solve(*args) * 2)(dl, d, du, b)
+    mapped = jax.pmap(lambda x: x * 2)(a[None])  # pmap: jitted calls over a mesh, JAX's runtime
   assert jax_api.jit is original_jit
   assert isinstance(inverse, tinyjax.Array) and isinstance(jitted_solve, tinyjax.Array)
   assert_like_jax(inverse, expected_inv, rtol=1e-5, atol=1e-6)
   assert not isinstance(primitive_callable, patch_module._Jitted)
   assert_like_jax(eager_solve, expected_solve, rtol=1e-6)
   assert_like_jax(jitted_solve, expected_solve * 2, rtol=1e-6)
+  np.testing.assert_array_equal(mapped, a[None] * 2)
 
 
 def test_reductions_keep_jax_identity_of_their_monoid():

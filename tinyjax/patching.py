@@ -129,11 +129,13 @@ class _Jitted:
 
 
 # NB: JAX's runtime builds on jit where it is defined (`jax._src.api.jit`): an eager primitive is a jitted call of
-# that one primitive (dispatch.xla_primitive_callable), a transfer between shardings a jitted identity. Those stay
-# JAX's (tinyjax's own fallback to XLA goes through them); every other caller of that name (a library, JAX's test
-# utilities) gets the patched jit, as callers of `jax.jit` do.
-_JAX_RUNTIME = tuple(f"{importlib.util.find_spec(name).origin.removesuffix('.py')}"
-                     for name in ("jax._src.dispatch", "jax._src.pjit", "jax._src.hijax"))
+# that one primitive (dispatch.xla_primitive_callable), a transfer between shardings a jitted identity, pmap and
+# shard_map jitted calls over a mesh of devices. Those stay JAX's (tinyjax's own fallback to XLA goes through the
+# first); every other caller of that name (a library, JAX's test utilities) gets the patched jit, as callers of
+# `jax.jit` do.
+_JAX_RUNTIME = frozenset(importlib.util.find_spec(name).origin
+                         for name in ("jax._src.dispatch", "jax._src.pjit", "jax._src.hijax", "jax._src.pmap",
+                                      "jax._src.shard_map"))
 
 
 def _jit(original, runtime_stays_jax: bool = False):
@@ -142,7 +144,7 @@ def _jit(original, runtime_stays_jax: bool = False):
     if not fun:
       return functools.partial(jit, **options)  # `jax.jit(static_argnums=1)` used as a decorator
     jitted = original(*fun, **options)
-    if runtime_stays_jax and sys._getframe(1).f_code.co_filename.startswith(_JAX_RUNTIME):
+    if runtime_stays_jax and sys._getframe(1).f_code.co_filename in _JAX_RUNTIME:
       return jitted
     return _Jitted(jitted) if _for_tinyjax() else jitted
   return jit
