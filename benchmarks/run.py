@@ -324,6 +324,32 @@ def bench_deep_loop():
       ("tinyjax eager", "JAX eager", "<= 1.0"))
 
 
+def bench_while_loop(repeats):
+  """A fori_loop whose bounds are known only at run time (a while loop): 1,000 iterations of a scalar body that
+  reads a closed-over matrix. tinyjax reads the predicate on the host before each replayed step of SCAN_CHUNK
+  iterations; the variant of one iteration per step shows what those steps save."""
+  from tinyjax.backends.tinygrad import control_flow
+  table = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+
+  def f(lo, hi):
+    t = jnp.asarray(table)
+    return jax.lax.fori_loop(lo, hi, lambda k, acc: acc * 0.5 + t[k % 64, (k * 7) % 64], jnp.float32(0))
+  bounds = np.int32(0), np.int32(1000)
+  jax_f = jax.jit(f)
+  times = {"jax.jit": median_time(lambda: jax_f(*bounds).block_until_ready(), repeats)}
+  with on_backend("tinygrad"):
+    tiny_f = tinyjax.jit(f)
+    times["tinyjax.jit"] = median_time(lambda: tiny_f(*bounds).block_until_ready(), repeats)
+    chunk, control_flow.SCAN_CHUNK = control_flow.SCAN_CHUNK, 1
+    control_flow._while_jit.cache_clear()
+    try:
+      times["tinyjax.jit, 1 iteration per step"] = median_time(lambda: tiny_f(*bounds).block_until_ready(), repeats)
+    finally:
+      control_flow.SCAN_CHUNK = chunk
+      control_flow._while_jit.cache_clear()
+  row("while loop of 1,000 scalar iterations", times, ("tinyjax.jit", "tinyjax.jit, 1 iteration per step", "<= 0.5"))
+
+
 FIRST_CALL = """
 import time, jax, jax.numpy as jnp, numpy as np
 import tinyjax, tinyjax.numpy as tnp
@@ -367,14 +393,15 @@ def bench_first_call():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
-  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,first_call",
+  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,first_call",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
   benches = {"cnn": lambda: [bench_cnn(batch, repeats) for batch in ((64,) if args.quick else (256, 512))],
              "mlp": lambda: bench_mlp(repeats), "patched_jit": lambda: bench_patched_jit(repeats), "transformer": lambda: bench_transformer(repeats),
              "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
-             "deep_loop": bench_deep_loop, "first_call": bench_first_call}
+             "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
+             "first_call": bench_first_call}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
     for name in args.only.split(","):

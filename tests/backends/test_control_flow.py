@@ -106,6 +106,28 @@ def test_fori_loop(bounds):
     check_traced(lambda x, lo, hi: lax.fori_loop(lo, hi, body, (x, jnp.float32(0))), X, np.int32(2), np.int32(9))
 
 
+TABLE = np.arange(1, 10, dtype=np.float32)  # closed over
+
+
+def count_down(n, x):
+  """n iterations (n - i >= 1 in each). NB: a replayed step runs SCAN_CHUNK iterations, those past the end on the
+  kept carry; there this body divides an integer by zero, reads past TABLE's end and takes the log of a negative
+  number, none of which may reach the result."""
+  def body(c):
+    i, acc, y = c
+    return i + 1, acc + 100 // (n - i) + jnp.asarray(TABLE)[i].astype(jnp.int32), y * 1.5 + jnp.log(n - i - 0.5)
+  return lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), jnp.int32(0), x))
+
+
+@pytest.mark.parametrize("trips", [0, 1, 7, 8, 9, 17, 40])
+def test_while_iterations_past_the_end_change_nothing(trips):
+  check_traced(count_down, np.int32(trips), X)
+
+
+def test_while_iterations_past_the_end_change_nothing_inside_vmap():
+  check_traced(jax.vmap(count_down), np.array([0, 3, 9, 17], np.int32), np.stack([X] * 4))
+
+
 # --- scan
 
 def cumulative(c, x):

@@ -9,7 +9,7 @@ rescue.py (XLA when tinygrad cannot compile a kernel).
 import functools
 
 import numpy as np
-from tinygrad import Device
+from tinygrad import Device, Tensor
 
 from tinyjax.backends import float64
 from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
@@ -26,6 +26,11 @@ from tinyjax.ir.program import interpret, read_outputs
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
 amend()  # before any kernel: tinygrad compiles its rules at their first use
+
+
+def _all_empty(avals) -> bool:
+  """Whether an equation's outputs are all empty arrays (a zero in each shape)."""
+  return bool(avals) and all(0 in getattr(a, "shape", (1,)) for a in avals)
 
 
 class TinygradBackend(Backend):
@@ -107,6 +112,10 @@ class TinygradBackend(Backend):
       elif eqn.name in LAYOUTS:  # NB: on the carried data, which has a trailing dimension of 2
         in_avals, out_avals = [tuple(map(carried.carried_aval, avals)) for avals in (in_avals, out_avals)]
         params = LAYOUTS[eqn.name](eqn.in_avals, eqn.out_avals, **params)
+    if _all_empty(eqn.out_avals):  # nothing to compute (a rule's loop would still run its steps on no data)
+      out = [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=self.tg_device)
+             for a in map(carried.carried_aval, eqn.out_avals)]
+      return out
     out = rule(RuleContext(in_avals, out_avals, self.tg_device, self), *inputs, **params)
     out = out if eqn.primitive.multiple_results else [out]
     if carries and eqn.name in LAYOUTS:  # moves values: nothing to round

@@ -45,12 +45,6 @@ def _to_output(ctx, result):
   return result.cast(tg_dtype(out_dtype))
 
 
-def empty_result(aval, device):
-  """A result with no elements, made directly (tinygrad's pooling view refuses windows larger than the operand; an
-  empty gather or scatter has nothing to compute)."""
-  return Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=device)
-
-
 # --- dot_general
 
 @register("dot_general")
@@ -113,8 +107,6 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
   rhs dilation); lhs dilation and padding (negative pads crop) are applied to the operand first.
   NB: `precision` is ignored, as in dot_general.
   """
-  if ctx.out_aval.size == 0:
-    return empty_result(ctx.out_aval, ctx.device)
   lhs_spec, rhs_spec, out_spec = dimension_numbers
   acc = _accumulator(ctx.out_aval.dtype)
   x = _dilate(lhs.cast(acc).permute(tuple(lhs_spec)), lhs_dilation, 0, first_axis=2)
@@ -178,8 +170,6 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
 
 def _reduce_window(monoid: str):
   def rule(ctx, x, *, window_dimensions, window_strides, padding, base_dilation, window_dilation):
-    if ctx.out_aval.size == 0:
-      return empty_result(ctx.out_aval, ctx.device)
     window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                   base_dilation=base_dilation, window_dilation=window_dilation)
     return _reduce_windows(ctx, x, monoid, window)
@@ -209,8 +199,6 @@ def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimen
   """A monoid body reduces the windows natively and meets the initial value once, through the body itself;
   any other body (e.g. variadic) is folded over the window positions, skipping holes and padding.
   """
-  if ctx.out_aval.size == 0:
-    return [empty_result(aval, ctx.device) for aval in ctx.out_avals]
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                 base_dilation=base_dilation, window_dilation=window_dilation)
   body = ClosedJaxpr(jaxpr, consts)

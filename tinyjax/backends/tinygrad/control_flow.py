@@ -10,11 +10,11 @@ control-flow primitive here only when its sub-jaxprs are wholly native (else XLA
 (typed PRNG keys, complex numbers: carried.py) pass through as their data, so every rule here takes them.
 
 cond evaluates every branch and selects the results, so that its program stays capturable by TinyJit (unless a
-branch holds a data-dependent loop). while reads its predicate on the host each iteration. Loop steps cost what
+branch holds a data-dependent loop). while reads its predicate on the host before each step. Loop steps cost what
 tinygrad's scheduler costs per realize (milliseconds) unless a TinyJit replays them: while loops and scans longer
-than SCAN_UNROLLED replay a TinyJit of their body (scans: SCAN_CHUNK steps per replay, the step number a bound
-Variable, so that one capture serves every step). TinyJits cannot nest, so these rules are host_sync: their
-program is not captured whole.
+than SCAN_UNROLLED replay a TinyJit of SCAN_CHUNK iterations (a while loop's past its end keep their carry; a scan's
+step number is a bound Variable, so that one capture serves every step), two TinyJits in turn (Alternating).
+TinyJits cannot nest, so these rules are host_sync: their program is not captured whole.
 """
 import functools
 
@@ -25,7 +25,7 @@ from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
-SCAN_CHUNK = 8  # steps per realize (lazy scans) or per TinyJit replay (longer scans)
+SCAN_CHUNK = 8  # steps per realize (lazy scans) or per TinyJit replay (longer scans, while loops)
 
 
 def _constant(x: Tensor):
@@ -70,6 +70,19 @@ def _replay(jit, *args):
     return jit(*args)
 
 
+class Alternating:
+  """A loop step replayed by two TinyJits of it in turn (`make(turn)` makes each, turn 0 or 1), for steps whose
+  outputs are their next inputs: each TinyJit then reads the other's output buffers, never its own, which TinyJit
+  copies before each replay (a device copy per carried value: most of a small step's time)."""
+
+  def __init__(self, make):
+    self.jits, self.turn = (make(0), make(1)), 0
+
+  def __call__(self, *args):
+    jit, self.turn = self.jits[self.turn], 1 - self.turn
+    return _replay(jit, *args)
+
+
 def _at(x: Tensor, i) -> Tensor:
   """x[i] along the leading axis; `i` may be a bound Variable expression."""
   return x.shrink(((i, i + 1),) + tuple((0, n) for n in x.shape[1:]))
@@ -97,46 +110,47 @@ def _cond(ctx, index, *operands, branches, branches_platforms=None):
   return selected
 
 
-def _while_step(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, *operands):
-  """One iteration: the new carry and whether to go on.
+def _while_steps(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, count, *operands):
+  """`count` iterations from a carry and its predicate (the last operand): the new carry and predicate.
 
-  A batched predicate (a vmapped loop) comes last among the operands: the elements where it fails keep their carry,
-  as in JAX's lowering of such loops (the loop goes on while any element's predicate holds).
+  Where the predicate fails the carry is kept, so that iterations past the loop's end change nothing (as in JAX's
+  lowering of a vmapped loop, whose predicate is batched: the loop goes on while any element's holds). NB: those
+  iterations still compute their body on the kept carry, which our rules do without faulting.
   """
-  cond_consts, body_consts, carry = operands[:n_cond], operands[n_cond:n_cond + n_body], operands[n_cond + n_body:]
-  batched = len(carry) > len(body_jaxpr.out_avals)
-  carry, running = (carry[:-1], carry[-1]) if batched else (carry, None)
-  stepped = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
-  if batched:  # the predicate's shape leads each carry's (carried values have their data's trailing dimension)
-    stepped = [running.reshape(running.shape + (1,) * (new.ndim - running.ndim)).where(new, old)
-               for new, old in zip(stepped, carry)]
-  (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *stepped)
-  return _distinct_buffers(backend.tg_device, [*stepped, go], taken=operands)
+  cond_consts, body_consts = operands[:n_cond], operands[n_cond:n_cond + n_body]
+  *carry, go = operands[n_cond + n_body:]
+  for _ in range(count):
+    stepped = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
+    # the predicate's shape leads each carry's (carried values have their data's trailing dimension)
+    carry = [go.reshape(go.shape + (1,) * (new.ndim - go.ndim)).where(new, old) for new, old in zip(stepped, carry)]
+    (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *carry)
+  return _distinct_buffers(backend.tg_device, [*carry, go], taken=operands)
 
 
 @functools.lru_cache(maxsize=64)
-def _while_jit(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, in_avals):
-  return TinyJit(functools.partial(_while_step, backend, cond_jaxpr, body_jaxpr, n_cond, n_body))
+def _while_jit(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, in_avals, turn):
+  return TinyJit(functools.partial(_while_steps, backend, cond_jaxpr, body_jaxpr, n_cond, n_body, SCAN_CHUNK))
 
 
 @register("while", host_sync=True, carried=True)
 def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
-  # NB: the trip count depends on the data: the predicate is read on the host each iteration (host_sync)
+  # NB: the trip count depends on the data: the predicate is read on the host before each step (host_sync)
   consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
   # the operands are realized once: each step's graph is then the same (tinygrad's schedule cache serves it), and
   # lazy constants are not computed again every iteration
   consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
   (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
-  batched = go.ndim > 0  # a vmapped loop: the step takes the predicate too
-  if batched:
-    (go,) = _distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
-  step = functools.partial(_while_step, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts)
+  (go,) = _distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
+  # a replayed step runs SCAN_CHUNK iterations: a step's host read and replay cost more than a small body's kernels.
+  # NB: a body that is not replayed runs one iteration per step: it may hold a loop, which must not run on a carry
+  # past the loop's end (its own trip count could be anything there)
+  step = functools.partial(_while_steps, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, 1)
   jitted = not _capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
   if jitted:
-    step = functools.partial(_replay, _while_jit(ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
-                                                 ctx.in_avals))
-  while (go.any() if batched else go).item():
-    *carry, go = step(*consts, *carry, *([go] if batched else []))
+    step = Alternating(functools.partial(_while_jit, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+                                         ctx.in_avals))
+  while go.any().item():
+    *carry, go = step(*consts, *carry, go)
   # NB: TinyJit reuses its output buffers on every replay: the result is copied out of them
   return _distinct_buffers(ctx.device, carry, taken=carry) if jitted else carry
 
@@ -155,7 +169,7 @@ def _scan_steps(backend, jaxpr, length, reverse, num_consts, num_carry, n_xs, co
 
 
 @functools.lru_cache(maxsize=64)
-def _scan_jit(backend, jaxpr, length, reverse, num_consts, num_carry, in_avals):
+def _scan_jit(backend, jaxpr, length, reverse, num_consts, num_carry, in_avals, turn):
   n_xs = len(in_avals) - num_consts - num_carry
   return TinyJit(functools.partial(_scan_steps, backend, jaxpr, length, reverse, num_consts, num_carry, n_xs,
                                    SCAN_CHUNK))
@@ -175,13 +189,14 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
   steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
   done = 0
   if _long(length=length) and not _capturing() and ctx.backend.capturable(jaxpr):
-    jitted = _scan_jit(ctx.backend, jaxpr, length, reverse, num_consts, num_carry, ctx.in_avals)
+    jitted = Alternating(functools.partial(_scan_jit, ctx.backend, jaxpr, length, reverse, num_consts, num_carry,
+                                           ctx.in_avals))
     consts = _distinct_buffers(ctx.device, consts, taken=ys)
     xs = _distinct_buffers(ctx.device, xs, taken=[*ys, *consts])
     carry = _distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
     position = Variable("scan_step", 0, length - SCAN_CHUNK)
     for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
-      carry = _replay(jitted, position.bind(done), *consts, *carry, *xs, *ys)
+      carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)
     done += SCAN_CHUNK
     # NB: TinyJit reuses its output buffers on every replay: the carry is copied out of them
     carry = _distinct_buffers(ctx.device, carry, taken=carry)

@@ -15,7 +15,7 @@ from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad.contraction import _windows, dtype_limit, empty_result
+from tinyjax.backends.tinygrad.contraction import _windows, dtype_limit
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -120,8 +120,6 @@ def _gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill
   NB: XLA clamps out-of-range starts (PROMISE_IN_BOUNDS and CLIP alike); FILL_OR_DROP fills those slices instead.
   """
   dnums, out, dtype = dimension_numbers, ctx.out_aval, ctx.in_avals[0].dtype
-  if out.size == 0:
-    return empty_result(out, ctx.device)
   batching, indexed = list(dnums.operand_batching_dims), sorted(dnums.start_index_map)
   others = [d for d in range(operand.ndim) if d not in batching and d not in indexed]
   flat, inside = _targets(ctx.device, indices, ctx.in_avals[1].dtype, operand.shape, slice_sizes, dnums.start_index_map,
@@ -295,8 +293,6 @@ def _moved_along(bits, axis: int, offset, size: int):
 def _dynamic_slice(ctx, operand, *starts, slice_sizes):
   """NB: XLA clamps each start so that the slice fits in the operand."""
   dtype = ctx.in_avals[0].dtype
-  if ctx.out_aval.size == 0:
-    return empty_result(ctx.out_aval, ctx.device)
   bits = to_bits(operand, dtype)
   for axis, (start, size) in enumerate(zip(starts, slice_sizes)):
     if size != operand.shape[axis]:
@@ -356,8 +352,8 @@ def _select_and_scatter_add(ctx, source, operand, *, select_prim, window_dimensi
   there. NB: on CPU, JAX pads the operand with select's identity (-inf for ge), so padding can be picked; what
   lands on it is cut off with the padding."""
   dtype = np.dtype(ctx.out_aval.dtype)
-  if ctx.out_aval.size == 0 or source.numel() == 0:
-    return empty_result(ctx.out_aval, ctx.device)
+  if source.numel() == 0:  # nothing lands anywhere (tinygrad's pooling view refuses windows larger than the operand)
+    return Tensor.zeros(*ctx.out_aval.shape, dtype=tg_dtype(dtype), device=ctx.device)
   padded = operand.pad(tuple(map(tuple, padding)), value=dtype_limit(dtype, largest=select_prim.name == "le"))
   keys = padded._pool(tuple(window_dimensions), tuple(window_strides)).flatten(source.ndim)
   positions = arange(keys.shape[-1]).expand(keys.shape)
@@ -381,8 +377,6 @@ def _select_and_gather_add(ctx, tangents, operand, *, select_prim, window_dimens
   NB: windows are walked row-major; among equal maxima XLA's CPU loop picks by another order in some padded windows
   (tests/xfail.py)."""
   dtype = ctx.out_aval.dtype
-  if ctx.out_aval.size == 0:
-    return empty_result(ctx.out_aval, ctx.device)
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                 base_dilation=base_dilation, window_dilation=window_dilation)
   init = dtype_limit(dtype, largest=select_prim.name == "le")

@@ -57,8 +57,6 @@ def _top_k(ctx, operand, *, k, axis):
   """The k largest along `axis`, largest first, ties to the lower index. NB: unlike sort, top_k orders by XLA's total
   order as it is: NaN above inf (-NaN below -inf) and 0.0 above -0.0."""
   values_aval, indices_aval = ctx.out_avals
-  if values_aval.size == 0:
-    return [Tensor.zeros(*aval.shape, dtype=tg_dtype(aval.dtype), device=ctx.device) for aval in ctx.out_avals]
   dtype = np.dtype(ctx.in_avals[0].dtype)
   x = operand.transpose(axis, -1)
   ranks = _ranks([fb.order_key(x)], descending=True)
