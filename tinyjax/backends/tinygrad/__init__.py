@@ -104,6 +104,9 @@ class TinygradBackend(Backend):
     return False
 
   def apply(self, eqn, inputs):
+    if _all_empty(eqn.out_avals):  # nothing to compute (a rule's loop would still run its steps on no data)
+      return [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=self.tg_device)
+              for a in map(carried.carried_aval, eqn.out_avals)]
     in_avals, out_avals, params = eqn.in_avals, eqn.out_avals, eqn.params
     rule, carries = RULES.get(eqn.name), carried.carries(eqn)
     if carries:
@@ -112,10 +115,6 @@ class TinygradBackend(Backend):
       elif eqn.name in LAYOUTS:  # NB: on the carried data, which has a trailing dimension of 2
         in_avals, out_avals = [tuple(map(carried.carried_aval, avals)) for avals in (in_avals, out_avals)]
         params = LAYOUTS[eqn.name](eqn.in_avals, eqn.out_avals, **params)
-    if _all_empty(eqn.out_avals):  # nothing to compute (a rule's loop would still run its steps on no data)
-      out = [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=self.tg_device)
-             for a in map(carried.carried_aval, eqn.out_avals)]
-      return out
     out = rule(RuleContext(in_avals, out_avals, self.tg_device, self), *inputs, **params)
     out = out if eqn.primitive.multiple_results else [out]
     if carries and eqn.name in LAYOUTS:  # moves values: nothing to round
