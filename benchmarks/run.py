@@ -350,6 +350,30 @@ def bench_while_loop(repeats):
   row("while loop of 1,000 scalar iterations", times, ("tinyjax.jit", "tinyjax.jit, 1 iteration per step", "<= 0.5"))
 
 
+def bench_nested_loops(repeats):
+  """Loops inside loops with bounds known only at run time: jax.scipy.linalg.sqrtm's recurrence over a 24x24 upper
+  triangle (three nested fori_loops, the inner two while loops; 276 steps of the middle loop). No TinyJit captures a
+  body that holds a loop: the runs of equations between the loops are replayed each by a TinyJit of its own."""
+  rng = np.random.default_rng(0)
+  t = np.triu(rng.standard_normal((24, 24))).astype(np.float32) + 3 * np.eye(24, dtype=np.float32)
+
+  def f(t):
+    diag = jnp.sqrt(jnp.diag(t))
+    def column(j, u):
+      def row(l, u):
+        i = j - 1 - l
+        s = jax.lax.fori_loop(i + 1, j, lambda k, s: s + u[i, k] * u[k, j], jnp.float32(0))
+        return u.at[i, j].set((t[i, j] - s) / (diag[i] + diag[j]))
+      return jax.lax.fori_loop(0, j, row, u)
+    return jax.lax.fori_loop(0, t.shape[0], column, jnp.diag(diag))
+  jax_f = jax.jit(f)
+  times = {"jax.jit": median_time(lambda: jax_f(t).block_until_ready(), repeats)}
+  with on_backend("tinygrad"):
+    tiny_f = tinyjax.jit(f)
+    times["tinyjax.jit"] = median_time(lambda: tiny_f(t).block_until_ready(), repeats)
+  row("nested loops, sqrtm's recurrence on 24x24", times)
+
+
 FIRST_CALL = """
 import time, jax, jax.numpy as jnp, numpy as np
 import tinyjax, tinyjax.numpy as tnp
@@ -393,7 +417,7 @@ def bench_first_call():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
-  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,first_call",
+  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,first_call",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -401,6 +425,7 @@ def main():
              "mlp": lambda: bench_mlp(repeats), "patched_jit": lambda: bench_patched_jit(repeats), "transformer": lambda: bench_transformer(repeats),
              "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
              "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
+             "nested_loops": lambda: bench_nested_loops(repeats),
              "first_call": bench_first_call}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run

@@ -213,6 +213,37 @@ def test_nested_loops():
   check_traced(fn, X)
 
 
+def triangular_recurrence(n, a):
+  """sqrtm's recurrence (jax.scipy.linalg's _sqrtm_triu) over n columns of `a`, the constant TABLE closed over: three
+  nested loops, the inner two with bounds known only at run time; a value carried twice (the same buffer) and one
+  carried through unchanged."""
+  table, a = jnp.asarray(TABLE), jnp.asarray(a)
+  def column(j, u):
+    def row(l, u):
+      i = j - 1 - l
+      s = lax.fori_loop(i + 1, j, lambda k, s: s + u[i, k] * u[k, j], jnp.float32(0))
+      return u.at[i, j].set((a[i, j] - s) / (u[i, i] + u[j, j]) + table[i])
+    return lax.fori_loop(0, j, row, u)
+  u = jnp.diag(jnp.sqrt(jnp.abs(jnp.diag(a)) + 1))
+  u, same, again = lax.fori_loop(0, n, lambda j, c: (column(j, c[0]), c[1], c[1] * 1), (u, a, a))
+  return u, same + again
+
+
+def test_nested_loops_with_bounds_known_at_run_time_replayed():
+  # each loop's body holds a loop, so none is captured whole: the runs of equations between the loops are replayed
+  # by TinyJits of their own from a body's third step; called again, with other data, the replays go on
+  traced = wrap(triangular_recurrence)
+  for k, n in enumerate([6, 0, 4, 6]):
+    a = RNG.standard_normal((6, 6)).astype(np.float32) + 3 * np.eye(6, dtype=np.float32)
+    check(lambda np_, n, a: triangular_recurrence(n, a) if np_ is jnp else traced(n, a), np.int32(n), a,
+          rtol=1e-5, atol=1e-6)
+
+
+def test_nested_loops_with_bounds_known_at_run_time_inside_vmap():
+  a = RNG.standard_normal((3, 6, 6)).astype(np.float32) + 3 * np.eye(6, dtype=np.float32)
+  check_traced(jax.vmap(triangular_recurrence), np.array([6, 2, 0], np.int32), a, rtol=1e-5, atol=1e-6)
+
+
 def test_long_scan_with_a_while_loop_inside():
   # its body reads values on the host, so no TinyJit can capture it: the scan runs step by step
   step = lambda c, x: (lax.while_loop(lambda c: c.sum() < x, lambda c: c + 1, c), c.sum())

@@ -104,6 +104,19 @@ def program_of(closed: ClosedJaxpr, source: str = "") -> Program:
   return builder.build(outs)
 
 
+def subprogram(eqns, inputs: tuple[int, ...], outputs: tuple[int, ...], in_avals) -> Program:
+  """A run of a program's equations as a program of its own: the slots `inputs` (of avals `in_avals`) become its
+  inputs and the slots `outputs` its outputs, every slot renumbered."""
+  slots = {s: i for i, s in enumerate(inputs)}
+  renumbered = []
+  for eqn in eqns:
+    ins = tuple(slots[a] if isinstance(a, int) else a for a in eqn.inputs)
+    for slot in eqn.outputs:
+      slots[slot] = len(slots)
+    renumbered.append(dataclasses.replace(eqn, inputs=ins, outputs=tuple(slots[s] for s in eqn.outputs)))
+  return Program(tuple(in_avals), tuple(renumbered), tuple(slots[s] for s in outputs), len(slots))
+
+
 def interpret(eqns, env: list, apply: Callable[[Eqn, list], list], const: Callable[[Const], Any]) -> None:
   """The flush loop: read each equation's inputs from `env`, apply its rule, write its outputs."""
   for eqn in eqns:

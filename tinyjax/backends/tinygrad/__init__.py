@@ -146,12 +146,8 @@ class TinygradBackend(Backend):
       step(env)
     return read_outputs(program, env, self.const)
 
-  # --- compiling a flushed program
-  def compile(self, program) -> Compiled:
-    if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
-      return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
-    planned = self.plan_of(program)
-
+  def runner(self, program):
+    """inputs -> the program's outputs, realized; a program TinyJit can capture is replayed from its third run."""
     def lazy(inputs):
       return self.run_lazily(program, inputs)
 
@@ -161,6 +157,13 @@ class TinygradBackend(Backend):
               for a, t in zip(program.outputs, lazy(inputs))]
       return realized(outs, self.tg_device)
 
-    runner = carried.at_boundary(Replayed(run, lazy, program, self.const) if planned.jittable else run, program)
+    return Replayed(run, lazy, program, self.const) if self.plan_of(program).jittable else run
+
+  # --- compiling a flushed program
+  def compile(self, program) -> Compiled:
+    if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
+      return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
+    planned = self.plan_of(program)
+    runner = carried.at_boundary(self.runner(program), program)
     rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
     return Compiled(rescuable, lambda: rescuable.placement)

@@ -14,7 +14,8 @@ branch holds a data-dependent loop). while reads its predicate on the host befor
 tinygrad's scheduler costs per realize (milliseconds) unless a TinyJit replays them: while loops and scans longer
 than SCAN_UNROLLED replay a TinyJit of SCAN_CHUNK iterations (a while loop's past its end keep their carry; a scan's
 step number is a bound Variable, so that one capture serves every step), two TinyJits in turn (Alternating).
-TinyJits cannot nest, so these rules are host_sync: their program is not captured whole.
+TinyJits cannot nest, so these rules are host_sync: their program is not captured whole, but the runs of equations
+between them are (plan.py), so a body that holds a loop replays its other equations at each step.
 """
 import functools
 
@@ -22,6 +23,7 @@ from tinygrad import Tensor, TinyJit, Variable, dtypes
 
 from tinyjax.backends.tinygrad import carried
 from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad.replay import distinct_buffers
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
@@ -39,20 +41,6 @@ def _capturing() -> bool:
   """Whether a TinyJit is capturing now (a TinyJit cannot run inside another's capture)."""
   from tinygrad.engine.realize import capturing
   return bool(capturing)
-
-
-def _distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
-  """The tensors realized (with `realize_with`) as distinct buffers on `device`, none of them one of `taken`'s:
-  what TinyJit takes as inputs and must return as outputs."""
-  out, bases = [], {t.uop.base for t in taken}
-  for t in tensors:
-    # NB: tinygrad's constants have no device, and contiguous() leaves them so
-    t = t.clone(device=device) if t.device is None or t.uop.base in bases else t.contiguous()
-    bases.add(t.uop.base)
-    out.append(t)
-  if pending := [*out, *realize_with]:
-    Tensor.realize(*pending)
-  return out
 
 
 def _replay(jit, *args):
@@ -121,10 +109,12 @@ def _while_steps(backend, cond_jaxpr, body_jaxpr, n_cond, n_body, count, *operan
   *carry, go = operands[n_cond + n_body:]
   for _ in range(count):
     stepped = backend.run_jaxpr(body_jaxpr, *body_consts, *carry)
-    # the predicate's shape leads each carry's (carried values have their data's trailing dimension)
-    carry = [go.reshape(go.shape + (1,) * (new.ndim - go.ndim)).where(new, old) for new, old in zip(stepped, carry)]
+    if count == 1 and go.ndim == 0:  # a single step runs only while a scalar predicate holds: nothing to mask
+      carry = stepped
+    else:  # the predicate's shape leads each carry's (carried values have their data's trailing dimension)
+      carry = [go.reshape(go.shape + (1,) * (new.ndim - go.ndim)).where(new, old) for new, old in zip(stepped, carry)]
     (go,) = backend.run_jaxpr(cond_jaxpr, *cond_consts, *carry)
-  return _distinct_buffers(backend.tg_device, [*carry, go], taken=operands)
+  return distinct_buffers(backend.tg_device, [*carry, go], taken=operands)
 
 
 @functools.lru_cache(maxsize=64)
@@ -138,9 +128,9 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
   # the operands are realized once: each step's graph is then the same (tinygrad's schedule cache serves it), and
   # lazy constants are not computed again every iteration
-  consts, carry = _distinct_buffers(ctx.device, consts), _distinct_buffers(ctx.device, carry, taken=consts)
+  consts, carry = distinct_buffers(ctx.device, consts), distinct_buffers(ctx.device, carry, taken=consts)
   (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
-  (go,) = _distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
+  (go,) = distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
   # a replayed step runs SCAN_CHUNK iterations: a step's host read and replay cost more than a small body's kernels.
   # NB: a body that is not replayed runs one iteration per step: it may hold a loop, which must not run on a carry
   # past the loop's end (its own trip count could be anything there)
@@ -152,7 +142,7 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   while go.any().item():
     *carry, go = step(*consts, *carry, go)
   # NB: TinyJit reuses its output buffers on every replay: the result is copied out of them
-  return _distinct_buffers(ctx.device, carry, taken=carry) if jitted else carry
+  return distinct_buffers(ctx.device, carry, taken=carry) if jitted else carry
 
 
 def _scan_steps(backend, jaxpr, length, reverse, num_consts, num_carry, n_xs, count, position, *operands):
@@ -165,7 +155,7 @@ def _scan_steps(backend, jaxpr, length, reverse, num_consts, num_carry, n_xs, co
     carry = outs[:num_carry]
     for buffer, y in zip(ys, outs[num_carry:]):
       _at(buffer, i).assign(y.reshape(1, *y.shape))
-  return _distinct_buffers(backend.tg_device, carry, taken=operands[:num_consts + num_carry], realize_with=ys)
+  return distinct_buffers(backend.tg_device, carry, taken=operands[:num_consts + num_carry], realize_with=ys)
 
 
 @functools.lru_cache(maxsize=64)
@@ -184,22 +174,22 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
   consts, carry = operands[:num_consts], list(operands[num_consts:num_consts + num_carry])
   xs = operands[num_consts + num_carry:]
   ys_avals = [carried.carried_aval(a) for a in ctx.out_avals[num_carry:]]
-  ys = _distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=ctx.device)
+  ys = distinct_buffers(ctx.device, [Tensor.zeros(a.shape, dtype=tg_dtype(a.dtype), device=ctx.device)
                                       for a in ys_avals])
   steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
   done = 0
   if _long(length=length) and not _capturing() and ctx.backend.capturable(jaxpr):
     jitted = Alternating(functools.partial(_scan_jit, ctx.backend, jaxpr, length, reverse, num_consts, num_carry,
                                            ctx.in_avals))
-    consts = _distinct_buffers(ctx.device, consts, taken=ys)
-    xs = _distinct_buffers(ctx.device, xs, taken=[*ys, *consts])
-    carry = _distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
+    consts = distinct_buffers(ctx.device, consts, taken=ys)
+    xs = distinct_buffers(ctx.device, xs, taken=[*ys, *consts])
+    carry = distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
     position = Variable("scan_step", 0, length - SCAN_CHUNK)
     for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
       carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)
     done += SCAN_CHUNK
     # NB: TinyJit reuses its output buffers on every replay: the carry is copied out of them
-    carry = _distinct_buffers(ctx.device, carry, taken=carry)
+    carry = distinct_buffers(ctx.device, carry, taken=carry)
   for start in range(done, length, SCAN_CHUNK):  # realized every chunk, so the lazy graph stays bounded
     count = min(SCAN_CHUNK, length - start)
     carry = steps(count, _chunk_start(start, count, length), *consts, *carry, *xs, *ys)

@@ -54,10 +54,11 @@ from tinygrad.dtype import _to_np_dtype
 
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing, _distinct_buffers
+from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing
 from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.linalg import (Pair, _abs, _adjoint, _at, _cat, _conj, _div, _is_pair, _matmul, _mul,
                                               _nan, _norm, _real, _tensors, _where, _zeros, real_and_complex)
+from tinyjax.backends.tinygrad.replay import distinct_buffers
 
 # A safety net, never reached in the measurements above: every sweep of a converging run rotates something, and the
 # criteria below are met after at most ~20 sweeps for n <= 64.
@@ -210,8 +211,8 @@ def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
     parts = _sweeps(_on_parts(round_fn, len(matrices)), device, _tensors(matrices), extra)
     return [Pair(parts[2 * i], parts[2 * i + 1]) for i in range(len(matrices))]
   size = matrices[0].shape[-1]
-  matrices = _distinct_buffers(device, matrices)
-  extra = _distinct_buffers(device, extra, taken=matrices)
+  matrices = distinct_buffers(device, matrices)
+  extra = distinct_buffers(device, extra, taken=matrices)
   # NB: inside another TinyJit's capture (TinyJits cannot nest) the rounds run plainly, and MAX_SWEEPS of them: a
   # host read there would freeze one run's count into the capture
   jitted = not _capturing()
@@ -226,7 +227,7 @@ def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
     if jitted and rotated.max().item() == 0:
       break
   # NB: TinyJit reuses its output buffers on every replay: the results are copied out of them
-  return _distinct_buffers(device, matrices, taken=matrices) if jitted else matrices
+  return distinct_buffers(device, matrices, taken=matrices) if jitted else matrices
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,10 +11,11 @@ from jax.extend.core import ClosedJaxpr
 
 from tinyjax.backends import xla
 from tinyjax.backends.tinygrad import carried
+from tinyjax.backends.tinygrad.replay import distinct_buffers
 from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES, takes_complex,
                                              uses_host_sync)
 from tinyjax.ir import keys
-from tinyjax.ir.program import program_of
+from tinyjax.ir.program import program_of, subprogram
 
 
 def missing_rule(name: str) -> str | None:
@@ -61,11 +62,15 @@ class Segment:
   outputs: tuple[int, ...]  # slots the segment writes that later segments or the program outputs read
 
 
-def partition(program, native) -> list[Segment]:
-  """The program's equations in maximal runs of those `native(eqn)` holds for and those it does not."""
+def partition(program, native, alone=lambda eqn: False) -> list[Segment]:
+  """The program's equations in maximal runs of those `native(eqn)` holds for and those it does not; a native
+  equation `alone(eqn)` holds for is a run by itself."""
   runs: list[tuple[bool, list]] = []
   for eqn in program.eqns:
     here = native(eqn)
+    if here and (alone(eqn) or runs and runs[-1][0] and alone(runs[-1][1][-1])):
+      runs.append((here, [eqn]))
+      continue
     if runs and runs[-1][0] == here:
       runs[-1][1].append(eqn)
     else:
@@ -100,16 +105,36 @@ def plan(program, backend) -> Plan:
   avals = dict(enumerate(program.in_avals))
   avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
   segments = partition(program, backend.supports)
-  steps, crossed = [], 0
-  for segment in segments:
-    if segment.native:
-      steps.append(functools.partial(backend.interpret, segment.eqns))
-    else:
-      crossed += crossing_bytes(segment, avals)
+  host_sync = uses_host_sync(program.eqns)
+  steps = []
+  # a program that reads values on the host while it runs (a loop, a loop's body holding a loop) is not captured
+  # whole: the runs of native equations between those that read are each replayed by a TinyJit of their own, so
+  # that a loop body run again and again is not scheduled afresh at each step
+  for segment in partition(program, backend.supports, alone=_host_sync) if host_sync else segments:
+    if not segment.native:
       steps.append(_fallback_step(backend, segment, [avals[s] for s in segment.inputs], program.n_slots))
+    elif host_sync and not _host_sync(segment.eqns[0]):
+      steps.append(_replayed_step(backend, segment, [avals[s] for s in segment.inputs]))
+    else:
+      steps.append(functools.partial(backend.interpret, segment.eqns))
   counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
+  crossed = sum(crossing_bytes(s, avals) for s in segments if not s.native)
   return Plan(tuple(steps), counts, tuple("tinygrad" if s.native else "xla" for s in segments), crossed,
-              len(segments) == 1 and segments[0].native and not uses_host_sync(program.eqns))
+              len(segments) == 1 and segments[0].native and not host_sync)
+
+
+def _host_sync(eqn) -> bool:
+  return uses_host_sync([eqn])
+
+
+def _replayed_step(backend, segment, in_avals):
+  runner = backend.runner(subprogram(segment.eqns, segment.inputs, segment.outputs, in_avals))
+
+  def step(env):
+    inputs = distinct_buffers(backend.tg_device, [env[s] for s in segment.inputs])
+    for slot, value in zip(segment.outputs, runner(inputs)):
+      env[slot] = value
+  return step
 
 
 def _fallback_step(backend, segment, in_avals, n_slots):

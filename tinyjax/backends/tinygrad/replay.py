@@ -36,6 +36,20 @@ def realized(outs: list, device: str) -> list:
   return outs
 
 
+def distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
+  """The tensors realized (with `realize_with`) as distinct buffers on `device`, none of them one of `taken`'s:
+  what TinyJit takes as inputs and must return as outputs."""
+  out, bases = [], {t.uop.base for t in taken}
+  for t in tensors:
+    # NB: tinygrad's constants have no device, and contiguous() leaves them so
+    t = t.clone(device=device) if t.device is None or t.uop.base in bases else t.contiguous()
+    bases.add(t.uop.base)
+    out.append(t)
+  if pending := [*out, *realize_with]:
+    Tensor.realize(*pending)
+  return out
+
+
 class Replayed:
   """Runs a wholly native program: plainly first, captured by TinyJit on the second call, and replayed after that
   by running the captured kernels directly on the inputs' buffers.
