@@ -36,6 +36,7 @@ load's dtype (codegen/late/gater.py, move_where_load): where y is not exact in t
 array concatenated with four int32 scalars converted to float32 (`jnp.r_[-1:1:6j, [0] * 3, 5, 6]`) came out with
 the float piece cut to integers (0.2 -> 0). The fold is kept where the alternative is exact in the load's dtype.
 """
+import collections
 import ctypes
 import functools
 import linecache
@@ -46,9 +47,11 @@ import time
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
 from tinygrad.dtype import dtypes
+from tinygrad.engine import jit
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.runtime import ops_cpu, ops_cuda
+from tinygrad.schedule import memory
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
@@ -389,6 +392,47 @@ def _launch_captured_cuda_kernels_one_by_one() -> None:
   ops_cuda.CUDADevice.graph = property(lambda self: None, lambda self, graph: None)
 
 
+def _whole_buffers_shared(plan):
+  """tinygrad's memory plan of a TinyJit capture, then on CL and WEBGPU (which it leaves alone) the capture's
+  intermediate buffers shared whole: each takes the buffer of an earlier one of its device, dtype and size whose last
+  kernel ran before its first. Buffers of copies and those live Tensors hold keep their own."""
+  def planned(linear, held_bufs=None):
+    linear = plan(linear, held_bufs)
+    held = held_bufs or set()
+    first, last, copied = {}, {}, set()
+    for i, call in enumerate(linear.src):
+      bufs = [b for src in call.src[1:] for b in memory._collect_bufs(src)
+              if b not in held and isinstance(b.device, str) and b.device.startswith(("CL", "WEBGPU"))]
+      for b in bufs:
+        first.setdefault(b, i)
+        last[b] = i
+      if call.src[0].op is Ops.COPY:
+        copied.update(bufs)
+    free, replace, ending = collections.defaultdict(list), {}, collections.defaultdict(list)
+    for b, i in first.items():
+      if b in copied:
+        continue
+      for done in [k for k in ending if k < i]:  # those whose last kernel ran before this buffer's first
+        for shared in ending.pop(done):
+          free[shared.device, shared.dtype, shared.nbytes()].append(shared)
+      pool = free[b.device, b.dtype, b.nbytes()]
+      shared = pool.pop() if pool else b
+      if shared is not b:
+        replace[b] = shared
+      ending[last[b]].append(shared)
+    return linear.substitute(replace, name="whole buffers shared", walk=True) if replace else linear
+  return planned
+
+
+def _share_captured_buffers_on_cl_and_webgpu() -> None:
+  """NB: tinygrad 0.14's memory planner (schedule/memory.py) suballocates a TinyJit capture's intermediates from one
+  arena of views, and skips CL and WEBGPU, which have no views: there every intermediate kept a buffer of its own for
+  as long as the capture lived. A capture of a loop of n steps (cholesky's, lu's, a factorization's column steps)
+  held n buffers: a jitted 200 x 200 cholesky kept 30 MB on CL (0.5 MB on the CPU device), and a process that
+  compiled many such programs grew by gigabytes (a pytest worker of JAX's linalg tests to 15.5 GB)."""
+  jit.memory_plan_rewrite = _whole_buffers_shared(jit.memory_plan_rewrite)
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -421,5 +465,6 @@ def amend() -> None:
     _synchronize_with_views_made_once()
     _call_cpu_programs_with_typed_arguments()
     _launch_captured_cuda_kernels_one_by_one()
+    _share_captured_buffers_on_cl_and_webgpu()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True

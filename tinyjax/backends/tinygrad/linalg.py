@@ -223,12 +223,15 @@ def _cholesky(ctx, a):
     diagonal_column = _at(cols == j, work, -1)
     pivot = _real(_at(rows == j, diagonal_column, -2))
     fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
-    failed = fails if failed is None else failed | fails
+    # realized with the step: left lazy, `failed` would read every step's pivot, so every step's buffer would live
+    # to the end (and in a TinyJit's capture of the program, for as long as the capture)
+    failed = (fails if failed is None else failed | fails).contiguous()
     root = pivot.sqrt()
     column = _where(rows == j, root, _div(diagonal_column, root))
     trailing = (rows > j) & (cols > j)
     work = _where((rows >= j) & (cols == j), column,
-                  _where(trailing, work - _mul(column, _adjoint(column)), work)).contiguous().realize()
+                  _where(trailing, work - _mul(column, _adjoint(column)), work)).contiguous()
+    Tensor.realize(*_tensors([work, failed]))
   if failed is None:
     return a
   return _where(failed, _nan(a), _where(rows >= cols, work, a))
