@@ -41,12 +41,6 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
      "with the eager result" for device in ("CPU", "CL", "CUDA")},
   ("WEBGPU", "float sums of products, grouped as XLA groups them", None): "WGSL's compilers do not contract a "
     "product and a sum into a fused multiply-add as XLA's jit, clang and POCL do (see 'a * b + c, fused')",
-  ("WEBGPU", "complex qr with NaN", None): "WGSL lets its compilers assume no NaN: a NaN below the diagonal does not "
-    "spread through the complex reflector's norm into the columns after it as in LAPACK",
-  ("WEBGPU", "cholesky_update with NaN", None): "WGSL lets its compilers assume no NaN: a NaN in the update vector "
-    "does not spread through the rotations into the rows after it as in JAX's formula",
-  ("WEBGPU", "qr pivoting with NaN or inf", None): "WGSL lets its compilers assume no NaN or infinity: a column "
-    "norm of NaN or inf does not win the pivot search as XLA's idamax makes it",
   **{("WEBGPU", name, None): "WGSL lets its compilers assume no NaN or infinity: where tinygrad computes a zero at "
      "compile time (x > x), the shader compilers (Dawn's, then lavapipe's) fold 0.0 * x to 0.0 and 0.0 + x to x as "
      "tinygrad's simplifier did before tinyjax amended it" for name in ("arithmetic on a computed zero",

@@ -1,7 +1,8 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
-IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its gated loads,
-its compile cache shared across threads, its CL runtime's arguments, its CPU device's synchronize and kernel calls, its
-CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
+IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its
+gated loads, its compile cache shared across threads, its CL runtime's arguments and its compiles on POCL, its CPU
+device's synchronize and kernel calls, its CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its
+kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
@@ -36,12 +37,16 @@ load's dtype (codegen/late/gater.py, move_where_load): where y is not exact in t
 array concatenated with four int32 scalars converted to float32 (`jnp.r_[-1:1:6j, [0] * 3, 5, 6]`) came out with
 the float piece cut to integers (0.2 -> 0). The fold is kept where the alternative is exact in the load's dtype.
 """
+import atexit
 import collections
 import ctypes
 import functools
 import linecache
 import math
+import struct
+import subprocess
 import sys
+import threading
 import time
 
 from tinygrad import codegen, tensor
@@ -312,6 +317,95 @@ def _number_cl_arguments_by_position() -> None:
   ops_cl.CLProgram.__init__ = _position(ops_cl.CLProgram.__init__)
 
 
+# The helper process's side: reads (length, OpenCL C source) from stdin, writes (status, length, binary or error)
+# on the stdout it was started with; whatever POCL's compiler prints (its warnings) goes to stderr.
+_POCL_COMPILE_HELPER = """
+import os, struct, sys
+from tinygrad import Device
+replies = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
+compiler = Device[sys.argv[1]].cl_compiler
+while (header := sys.stdin.buffer.read(4)):
+  source = sys.stdin.buffer.read(struct.unpack("I", header)[0]).decode()
+  try:
+    status, payload = 0, compiler.compile(source)
+  except Exception as error:
+    status, payload = 1, str(error).encode()
+  replies.write(struct.pack("<BI", status, len(payload)) + payload)
+  replies.flush()
+"""
+
+
+class _PoclCompileHelper:
+  """One process per CL device that compiles OpenCL C to POCL binaries; started at the first compile."""
+
+  def __init__(self, device: str):
+    self.device, self.process, self.lock = device, None, threading.Lock()
+
+  def compile(self, source: str) -> bytes:
+    from tinygrad.device import CompileError
+    with self.lock:
+      if self.process is None or self.process.poll() is not None:
+        self.process = subprocess.Popen([sys.executable, "-c", _POCL_COMPILE_HELPER, self.device],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+      encoded = source.encode()
+      try:
+        self.process.stdin.write(struct.pack("<I", len(encoded)) + encoded)
+        self.process.stdin.flush()
+        status, size = struct.unpack("<BI", self.process.stdout.read(5))
+        payload = self.process.stdout.read(size)
+      except (OSError, struct.error):  # it died compiling this kernel (POCL's LLVM aborted): this kernel fails alone
+        self.process.kill()
+        raise CompileError(f"POCL's compiler exited compiling this kernel (status {self.process.wait()})") from None
+    if status:
+      raise CompileError(payload.decode(errors="replace"))
+    return payload
+
+  def close(self) -> None:
+    if self.process is not None and self.process.poll() is None:
+      self.process.stdin.close()
+      self.process.wait(timeout=10)
+
+
+_pocl_helpers: dict[str, _PoclCompileHelper] = {}
+
+
+@functools.cache
+def _is_pocl(device) -> bool:
+  from tinygrad.runtime.autogen import opencl as cl
+  platform = cl.cl_platform_id()
+  cl.clGetDeviceInfo(device.cl_dev, cl.CL_DEVICE_PLATFORM, ctypes.sizeof(platform), ctypes.byref(platform), None)
+  name = ctypes.create_string_buffer(256)
+  cl.clGetPlatformInfo(platform, cl.CL_PLATFORM_NAME, 256, name, None)
+  return name.value.decode() == "Portable Computing Language"
+
+
+def _compiled_by_a_helper(compile_source):
+  def compile(self, source: str) -> bytes:
+    if not _is_pocl(self.dev):
+      return compile_source(self, source)
+    if not _pocl_helpers:
+      atexit.register(lambda: [helper.close() for helper in _pocl_helpers.values()])
+    helper = _pocl_helpers.setdefault(self.dev.device, _PoclCompileHelper(self.dev.device))
+    return helper.compile(source)
+  return compile
+
+
+def _compile_pocl_kernels_in_a_helper_process() -> None:
+  """Compile OpenCL C for POCL's devices in a helper process, then build the binary here as tinygrad does.
+
+  NB: a POCL 3.1 program built in the process that compiled its source holds ~2 MB for as long as it lives (built
+  from a binary another process compiled: ~0.15 MB), and tinygrad keeps every kernel it ran: JAX's linalg tests on CL
+  grew a process by 1.2 GB in 67 tests. tinygrad's disk cache of binaries hides this after a first run. The helper
+  also keeps POCL's LLVM from aborting the user's process on a kernel it cannot compile: that kernel fails alone.
+  """
+  try:
+    from tinygrad.runtime import ops_cl
+  except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
+    return
+  ops_cl.CLCompiler.compile = _compiled_by_a_helper(ops_cl.CLCompiler.compile)
+
+
 def _synchronize(self, timeout=None):
   from tinygrad.device import Device
   from tinygrad.runtime.support import hcq2
@@ -462,6 +556,7 @@ def amend() -> None:
     _share_compile_cache_across_threads()
     _keep_lowered_programs()
     _number_cl_arguments_by_position()
+    _compile_pocl_kernels_in_a_helper_process()
     _synchronize_with_views_made_once()
     _call_cpu_programs_with_typed_arguments()
     _launch_captured_cuda_kernels_one_by_one()

@@ -99,7 +99,7 @@ def _tangent(app, aqq, apq):
   tau, twice = aqq - app, apq + apq
   tau_size, twice_size = fb.fabs(tau), fb.fabs(twice)
   larger, smaller = tau_size.maximum(twice_size), tau_size.minimum(twice_size)
-  nonzero = larger != 0
+  nonzero = fb.nonzero(larger)
   hypot = larger * (1 + fm.div(smaller, nonzero.where(larger, 1)).square()).sqrt()  # no square overflows
   return fm.div((tau < 0).where(-twice, twice), nonzero.where(tau_size + hypot, 1))
 

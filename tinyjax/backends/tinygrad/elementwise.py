@@ -382,7 +382,7 @@ def _clamp(ctx, low, x, high):
 def _convert_element_type(ctx, x, *, new_dtype, weak_type, sharding):
   dtype = tg_dtype(new_dtype)
   if dtype == dtypes.bool:
-    return x.ne(0) | fb.isnan(x) if _is_float(x) else x.ne(0)  # NaN is True (told by its bits: see _ordered)
+    return fb.nonzero(x)  # NaN is True (told by its bits: see _ordered)
   if dtypes.is_int(x.dtype) and dtypes.is_int(dtype):
     return _convert_integer(x, dtype)
   if not (_is_float(x) and dtypes.is_int(dtype)):

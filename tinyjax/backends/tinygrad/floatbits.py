@@ -54,6 +54,15 @@ def isnan(x):
   return (b & typed(b, (1 << (width(x) - 1)) - 1)) > typed(b, ((1 << exponent) - 1) << mantissa)
 
 
+def nonzero(x):
+  """x != 0 as XLA's: True for NaN. NB: by the magnitude's bits: a WGSL float `!=` with a NaN operand is False (Dawn
+  on lavapipe), which turned a NaN column's Householder reflection into none."""
+  if not dtypes.is_float(x.dtype):
+    return x != 0
+  b = bits(x)
+  return (b & typed(b, (1 << (width(x) - 1)) - 1)) != typed(b, 0)
+
+
 def on_wgsl(x) -> bool:
   """Whether x's device renders WGSL (WebGPU), which has no 16-bit integers and packs narrow arrays into words."""
   from tinygrad import Device

@@ -149,7 +149,7 @@ def _abs1(x):
 
 
 def _nonzero(x):
-  return (x.re != 0) | (x.im != 0) if _is_pair(x) else x != 0
+  return fb.nonzero(x.re) | fb.nonzero(x.im) if _is_pair(x) else fb.nonzero(x)
 
 
 def _where(mask, x, y):
@@ -374,9 +374,9 @@ def _householder_vector(column, top, rows):
   alpha = _at(at_top, column, -2)
   x = _where(below, column, 0)
   x_norm = _norm(x, -2)
-  # NB: true for NaN, which then spreads as in LAPACK; (x_norm + |im alpha| != 0: POCL miscompiles the `|` of the two
+  # NB: true for NaN, which then spreads as in LAPACK; (x_norm + |im alpha| tested once: POCL miscompiles the `|` of the two
   # tests in the kernel that stores v)
-  reflects = (x_norm + fb.fabs(alpha.im) if _is_pair(alpha) else x_norm) != 0
+  reflects = fb.nonzero(x_norm + fb.fabs(alpha.im) if _is_pair(alpha) else x_norm)
   beta = -fb.with_sign(_hypot(_abs(alpha), x_norm), _real(alpha))
   tau = _where(reflects, _div(-(alpha - beta), beta), 0)
   v = _mul(x, _div(1, alpha - beta))  # LAPACK scales by the reciprocal too
@@ -445,7 +445,7 @@ def _geqp3(a, device: str):
     inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
     recomputed = _norm(_where(rows > i, a, 0), -2)
     downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
-    update = (cols > i) & (norms != 0)
+    update = (cols > i) & fb.nonzero(norms)
     norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
     a, order, norms, exact_norms, taus = [x.contiguous().realize()
                                           for x in (a, order, norms, exact_norms, taus)]
@@ -550,7 +550,7 @@ def _cholesky_update(ctx, r, w):
     larger = (fb.fabs(x) > fb.fabs(y)).where(fb.fabs(x), fb.fabs(y))
     x, y = fm.div(x, larger), fm.div(y, larger)
     reciprocal = fm.div(1, (x * x + y * y).sqrt())
-    rotates = y != 0
+    rotates = fb.nonzero(y)
     c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
     r = (rows == k).where(c * row - s * w, r).contiguous().realize()
     w = (c * w + s * row).contiguous().realize()
