@@ -363,11 +363,16 @@ class _PoclCompileHelper:
 
   def close(self) -> None:
     if self.process is not None and self.process.poll() is None:
-      self.process.stdin.close()
-      self.process.wait(timeout=10)
+      self.process.stdin.close()  # its loop ends at EOF
+      self.process.wait()
 
 
 _pocl_helpers: dict[str, _PoclCompileHelper] = {}
+
+
+def _close_pocl_helpers() -> None:
+  for helper in _pocl_helpers.values():
+    helper.close()
 
 
 @functools.cache
@@ -384,10 +389,9 @@ def _compiled_by_a_helper(compile_source):
   def compile(self, source: str) -> bytes:
     if not _is_pocl(self.dev):
       return compile_source(self, source)
-    if not _pocl_helpers:
-      atexit.register(lambda: [helper.close() for helper in _pocl_helpers.values()])
-    helper = _pocl_helpers.setdefault(self.dev.device, _PoclCompileHelper(self.dev.device))
-    return helper.compile(source)
+    if self.dev.device not in _pocl_helpers:
+      _pocl_helpers.setdefault(self.dev.device, _PoclCompileHelper(self.dev.device))
+    return _pocl_helpers[self.dev.device].compile(source)
   return compile
 
 
@@ -404,6 +408,7 @@ def _compile_pocl_kernels_in_a_helper_process() -> None:
   except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
     return
   ops_cl.CLCompiler.compile = _compiled_by_a_helper(ops_cl.CLCompiler.compile)
+  atexit.register(_close_pocl_helpers)
 
 
 def _synchronize(self, timeout=None):
