@@ -102,9 +102,14 @@ class Replayed:
   def _capture(self, inputs):
     jit = TinyJit(self._assign_outputs)
     targets = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, _, dtype, device in self.specs]
+    for target in targets:  # allocated, so that TinyJit takes them as inputs (the capture's parameters)
+      target.uop.base.buffer.ensure_allocated()
+    # NB: TinyJit runs a function plainly on its first call, to do the one-time work (kernels compiled, constants
+    # realized) before it captures on the second; the first run here did that work, so the capture is the first call
+    # (one scheduling of the program instead of two: the most of a program's second run)
+    jit.cnt = 1
     try:
-      for _ in range(2):  # NB: TinyJit runs the function plainly on its first call, and captures it on the second
-        jit(*inputs, *targets)
+      jit(*inputs, *targets)
     except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
       self.broken = True
       return self.run(inputs)
