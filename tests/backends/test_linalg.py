@@ -453,3 +453,23 @@ def test_complex128(x64):
   a = complex_well_conditioned((3, 3), dtype=np.complex128)
   check(lambda np_, x: (np_.linalg.cholesky(x @ np_.conj(x.T)), np_.linalg.qr(x), np_.linalg.solve(x, x[:, :1])),
         a, rtol=1e-10, atol=1e-12)
+
+
+def test_a_factorization_schedules_its_steps_once(monkeypatch):
+  """A factorization's steps are replayed by TinyJits of a step shared by every loop of its layout: a new program
+  that solves a system of the same shapes schedules a few realizes, not several per row (tinygrad takes tens of
+  milliseconds to schedule each); its result is JAX's."""
+  from tinygrad import Tensor
+  n = 40
+  a, b = well_conditioned((n, n)), np.ones((n, 3), np.float32)
+  assert_like_jax(tinyjax.jit(tnp.linalg.solve)(a, b), jnp.linalg.solve(a, b), rtol=RTOL, atol=ATOL)
+  scheduled = []
+  schedule = Tensor.linear_with_vars
+  def counted(*tensors):
+    scheduled.append(len(tensors))
+    return schedule(*tensors)
+  monkeypatch.setattr(Tensor, "linear_with_vars", counted)
+  solve_twice = tinyjax.jit(lambda x, y: tnp.linalg.solve(x, y) * 2)
+  assert_like_jax(solve_twice(a.T, b), jnp.linalg.solve(a.T, b) * 2, rtol=RTOL, atol=ATOL)
+  # lu (n steps), its permutation (n) and two triangular solves (n each), one realize a step without the replays
+  assert 0 < len(scheduled) < n, len(scheduled)

@@ -242,3 +242,13 @@ def test_enum_members_pickled_by_name_are_read_and_nothing_else():
   for owner, name in ((UOp, "new_buffer"), (Ops, "__class__"), (Ops, "_member_map_")):
     with pytest.raises(pickle.UnpicklingError):
       load(owner, name)
+
+
+def test_distinct_buffers_of_one_lazy_value_twice():
+  """One lazy Tensor passed twice (a complex zero's two parts) becomes two buffers: TinyJit refuses one buffer as two
+  of its inputs."""
+  from tinyjax.backends.tinygrad.replay import distinct_buffers
+  zeros = Tensor.zeros(1, 3, device=Device.DEFAULT)
+  first, second = distinct_buffers(Device.DEFAULT, [zeros, zeros])
+  assert first.uop.base is not second.uop.base
+  assert first.tolist() == second.tolist() == [[0.0, 0.0, 0.0]]

@@ -71,6 +71,14 @@ class Alternating:
     return _replay(jit, *args)
 
 
+@functools.lru_cache(maxsize=64)
+def step_jit(step, device: str, layout: tuple, turn: int):
+  """A TinyJit of a loop's step function (a module-level function, or one cached by its parameters) for one device
+  and one layout of its inputs (TinyJit captures buffers of one layout), and turn (Alternating): made once, so that
+  every loop of that step and layout, in any program, replays it."""
+  return TinyJit(step)
+
+
 def _at(x: Tensor, i) -> Tensor:
   """x[i] along the leading axis; `i` may be a bound Variable expression."""
   return x.shrink(((i, i + 1),) + tuple((0, n) for n in x.shape[1:]))

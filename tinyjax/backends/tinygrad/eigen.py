@@ -49,12 +49,12 @@ import functools
 import math
 
 import numpy as np
-from tinygrad import Tensor, TinyJit, dtypes
+from tinygrad import Tensor, dtypes
 from tinygrad.dtype import _to_np_dtype
 
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing
+from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing, step_jit
 from tinyjax.backends.tinygrad.indexing import arange, pick
 from tinyjax.backends.tinygrad.linalg import (Pair, _abs, _adjoint, _at, _cat, _conj, _div, _is_pair, _matmul, _mul,
                                               _nan, _norm, _real, _tensors, _where, _zeros, real_and_complex)
@@ -188,13 +188,6 @@ def _realize(out: list):
     Tensor.realize(*[x.im for x in out if _is_pair(x)])
 
 
-@functools.lru_cache(maxsize=32)
-def _round_jit(round_fn, device: str, shapes: tuple, dtype, turn: int):
-  """A TinyJit of one round, for one device, shapes and dtype (TinyJit captures buffers of one layout), and turn
-  (control_flow.Alternating)."""
-  return TinyJit(round_fn)
-
-
 @functools.lru_cache(maxsize=None)
 def _on_parts(round_fn, count: int):
   """round_fn of `count` complex matrices (Pairs) as a function of their parts (TinyJit captures Tensors)."""
@@ -218,8 +211,8 @@ def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
   jitted = not _capturing()
   step = round_fn
   if jitted:
-    step = Alternating(functools.partial(_round_jit, round_fn, device, tuple(m.shape for m in matrices),
-                                         matrices[0].dtype))
+    step = Alternating(functools.partial(step_jit, round_fn, device, (tuple(m.shape for m in matrices),
+                                                                      matrices[0].dtype)))
   for _ in range(MAX_SWEEPS):
     rotated = Tensor.zeros(*matrices[0].shape[:-2], 1, dtype=matrices[0].dtype, device=device).contiguous().realize()
     for _ in range(size - 1):

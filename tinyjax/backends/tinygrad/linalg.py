@@ -11,10 +11,11 @@ with masks where LAPACK indexes single elements: n steps of O(n^2) work each, fi
 programs run these on. NB: each step's result is computed at once (contiguous, realized): left lazy, the n steps
 were one graph that tinygrad's scheduler took minutes and gigabytes to split (a 64 x 64 cholesky: 218 s and 3 GB;
 200 x 200: out of memory), and even with a buffer at each step, one schedule of all of them held every step's graph
-(a 2 x 200 x 100 geqrf: 33 s and 7.8 GB; realized step by step: 6 s and 0.2 GB). Inside a TinyJit capture the
-realizes are captured as the eigen.py sweeps' are. Batch dimensions lead, as in the
-primitives. cholesky, triangular_solve, the Householder rules and cholesky_update take each step's index as data
-(`_step`), so that their steps share compiled kernels.
+(a 2 x 200 x 100 geqrf: 33 s and 7.8 GB; realized step by step: 6 s and 0.2 GB). Each step is a module-level
+function of the step's index and the loop's state, run by `_loop`: replayed by TinyJits of it shared by every loop of
+the same layout (as the eigen.py sweeps are), and inside a TinyJit's capture plainly, where the capture records it.
+Batch dimensions lead, as in the primitives. The steps take their index as data (`_step`), so that they share
+compiled kernels.
 The Householder rules follow LAPACK's unblocked routines, which it runs for these sizes, down to their scalar rules:
 the reflectors' signs (so Q and R agree with LAPACK's, not only up to sign), tau = 0 for a column already zero,
 -0.0 taken as negative, and which rows and columns a reflector leaves alone (so NaN and inf spread as in LAPACK).
@@ -23,6 +24,7 @@ NB: LAPACK blocks its loops and so sums in another order: float32 results differ
 rank-deficient one, the columns after the rank follow rounding noise (LAPACK's and ours alike) unless the
 elimination cancels exactly.
 """
+import functools
 import math
 
 import numpy as np
@@ -34,7 +36,9 @@ from tinyjax.backends.tinygrad import complexmath
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
 from tinyjax.backends.tinygrad.carried import is_complex
+from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing, step_jit
 from tinyjax.backends.tinygrad.indexing import arange, pick
+from tinyjax.backends.tinygrad.replay import distinct_buffers
 from tinyjax.backends.tinygrad.table import register, register_complex
 
 
@@ -215,26 +219,26 @@ def _cholesky(ctx, a):
   the real part of its diagonal entry (a Hermitian matrix's diagonal is real), and the strict upper triangle of the
   result is the input's; NB: XLA returns all NaN for a matrix whose factorization fails (a pivot <= 0; a NaN pivot is
   no failure, it only propagates), so each batch member is masked by whether one failed."""
-  n = a.shape[-1]
+  *batch, n, _ = a.shape
+  # realized with each step: left lazy, `failed` would read every step's pivot, so every step's buffer would live to
+  # the end (and in a TinyJit's capture of the program, for as long as the capture)
+  failed = Tensor.zeros(*batch, 1, 1, dtype=dtypes.bool, device=ctx.device)
+  work, failed = _loop(_cholesky_step, range(n), [a, failed], [], ctx.device)
   rows, cols = _index_grid(n, n)
-  work, failed = a, None
-  for k in range(n):
-    j = _step(k, ctx.device)
-    diagonal_column = _at(cols == j, work, -1)
-    pivot = _real(_at(rows == j, diagonal_column, -2))
-    fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
-    # realized with the step: left lazy, `failed` would read every step's pivot, so every step's buffer would live
-    # to the end (and in a TinyJit's capture of the program, for as long as the capture)
-    failed = (fails if failed is None else failed | fails).contiguous()
-    root = pivot.sqrt()
-    column = _where(rows == j, root, _div(diagonal_column, root))
-    trailing = (rows > j) & (cols > j)
-    work = _where((rows >= j) & (cols == j), column,
-                  _where(trailing, work - _mul(column, _adjoint(column)), work)).contiguous()
-    Tensor.realize(*_tensors([work, failed]))
-  if failed is None:
-    return a
   return _where(failed, _nan(a), _where(rows >= cols, work, a))
+
+
+def _cholesky_step(j, work, failed):
+  n = work.shape[-1]
+  rows, cols = _index_grid(n, n)
+  diagonal_column = _at(cols == j, work, -1)
+  pivot = _real(_at(rows == j, diagonal_column, -2))
+  fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
+  root = pivot.sqrt()
+  column = _where(rows == j, root, _div(diagonal_column, root))
+  trailing = (rows > j) & (cols > j)
+  return [_where((rows >= j) & (cols == j), column, _where(trailing, work - _mul(column, _adjoint(column)), work)),
+          failed | fails]
 
 
 @real_and_complex("triangular_solve")
@@ -253,26 +257,35 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
   matrix = a.transpose(-1, -2) if transposed else a
   forward = lower != transposed  # the matrix solved with is lower triangular: substitute from the top
   x = b if left_side else b.transpose(-1, -2)
-  for step in (range(m) if forward else reversed(range(m))):
-    j = _step(step, ctx.device)
-    solved, matrix_column = _at(rows == j, x, -2), _at(cols == j, matrix, -1)
-    solved = solved if unit_diagonal else _div(solved, _at(rows == j, matrix_column, -2))
-    later = rows > j if forward else rows < j
-    x = _where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x)).contiguous().realize()
+  (x,) = _loop(_substitution_step, range(m) if forward else reversed(range(m)), [x], [matrix], ctx.device,
+               forward=forward, unit_diagonal=unit_diagonal)
   return x if left_side else x.transpose(-1, -2)
+
+
+def _substitution_step(j, x, matrix, *, forward, unit_diagonal):
+  """Row j of x solved, and eliminated from the rows solved after it."""
+  rows, cols = _index_grid(*matrix.shape[-2:])
+  solved, matrix_column = _at(rows == j, x, -2), _at(cols == j, matrix, -1)
+  solved = solved if unit_diagonal else _div(solved, _at(rows == j, matrix_column, -2))
+  later = rows > j if forward else rows < j
+  return [_where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x))]
 
 
 def _permutation(pivots, size: int, device: str):
   """The row order after swapping row i with row pivots[..., i] in turn (pivots shaped batch + (count,), int32)."""
   *batch, count = pivots.shape
-  position, steps = arange(size), arange(count)
-  order = position.reshape(*[1] * len(batch), size).expand(*batch, size)
-  for step in range(count):
-    i = _step(step, device).reshape(1)
-    at_pivot = position == pick(steps == i, pivots, -1, np.int32).unsqueeze(-1)
-    pivot_entry, entry_i = (pick(at, order, -1, np.int32).unsqueeze(-1) for at in (at_pivot, position == i))
-    order = (position == i).where(pivot_entry, at_pivot.where(entry_i, order)).contiguous().realize()
+  order = arange(size).reshape(*[1] * len(batch), size).expand(*batch, size)
+  (order,) = _loop(_swap_step, range(count), [order], [pivots], device)
   return order
+
+
+def _swap_step(i, order, pivots):
+  """Entry i of `order` swapped with the entry pivots[..., i] names."""
+  i = i.reshape(1)
+  position, steps = arange(order.shape[-1]), arange(pivots.shape[-1])
+  at_pivot = position == pick(steps == i, pivots, -1, np.int32).unsqueeze(-1)
+  pivot_entry, entry_i = (pick(at, order, -1, np.int32).unsqueeze(-1) for at in (at_pivot, position == i))
+  return [(position == i).where(pivot_entry, at_pivot.where(entry_i, order))]
 
 
 @real_and_complex("lu")
@@ -282,25 +295,28 @@ def _lu(ctx, a):
   pivot's reciprocal, skipped when the pivot is 0 (a singular matrix keeps its zero column). Returns [lu, pivots,
   permutation], the latter two int32 and 0-based."""
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n)
   count = min(m, n)
-  pivots, positions = Tensor.zeros(*batch, 1, count, dtype=dtypes.int32, device=ctx.device), arange(count)
-  for step in range(count):
-    k = _step(step, ctx.device)
-    size = (rows >= k).where(_abs1(_at(cols == k, a, -1)), -1)
-    first_largest = (size == size.max(-2, keepdim=True)).where(rows, m).min(-2, keepdim=True)
-    pivot_row = (first_largest == m).where(k, first_largest)  # a NaN column has no largest: keep row k
-    at_pivot, at_k = rows == pivot_row, rows == k
-    a = _where(at_k, _at(at_pivot, a, -2), _where(at_pivot, _at(at_k, a, -2), a))
-    column, row = _at(cols == k, a, -1), _at(at_k, a, -2)
-    pivot = _at(at_k, column, -2)
-    multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
-    below = rows > k
-    a = _where(below & (cols == k), multipliers,
-               _where(below & (cols > k), a - _mul(multipliers, row), a)).contiguous().realize()
-    pivots = (positions == k).where(pivot_row, pivots).contiguous().realize()
+  pivots = Tensor.zeros(*batch, 1, count, dtype=dtypes.int32, device=ctx.device)
+  a, pivots = _loop(_elimination_step, range(count), [a, pivots], [], ctx.device)
   pivots = pivots.reshape(*batch, count)
   return [a, pivots, _permutation(pivots, m, ctx.device)]
+
+
+def _elimination_step(k, a, pivots):
+  """getrf's step k: the pivot row swapped into row k, and column k eliminated below it."""
+  m, n = a.shape[-2:]
+  rows, cols = _index_grid(m, n)
+  size = (rows >= k).where(_abs1(_at(cols == k, a, -1)), -1)
+  first_largest = (size == size.max(-2, keepdim=True)).where(rows, m).min(-2, keepdim=True)
+  pivot_row = (first_largest == m).where(k, first_largest)  # a NaN column has no largest: keep row k
+  at_pivot, at_k = rows == pivot_row, rows == k
+  a = _where(at_k, _at(at_pivot, a, -2), _where(at_pivot, _at(at_k, a, -2), a))
+  column, row = _at(cols == k, a, -1), _at(at_k, a, -2)
+  pivot = _at(at_k, column, -2)
+  multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
+  below = rows > k
+  return [_where(below & (cols == k), multipliers, _where(below & (cols > k), a - _mul(multipliers, row), a)),
+          (arange(pivots.shape[-1]) == k).where(pivot_row, pivots)]
 
 
 @register("lu_pivots_to_permutation")
@@ -335,8 +351,56 @@ def _hypot(x, y):
 def _step(j: int, device: str):
   """Step j's index as a (1, 1) Tensor holding it as data: a Python int would be a constant in each kernel's code, so
   every step of a loop would compile kernels of its own; with the index as data, the steps' kernels are the same
-  programs and compile once."""
-  return Tensor([[j]], dtype=dtypes.int32, device=device)
+  programs and compile once. Outside a TinyJit's capture, a buffer made once (a capture would record the copy that
+  fills it without running it)."""
+  return Tensor([[j]], dtype=dtypes.int32, device=device) if _capturing() else _step_buffer(j, device)
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_buffer(j: int, device: str):
+  return Tensor([[j]], dtype=dtypes.int32, device=device).realize()
+
+
+def _loop(step, indices, state: list, consts: list, device: str, **options) -> list:
+  """state = step(j, *state, *consts, **options) for each j of `indices` (passed as data, _step), each step's state
+  realized (Tensors and Pairs; `step` a module-level function, `options` hashable).
+
+  NB: outside a TinyJit's capture the step is replayed by TinyJits of it (control_flow.step_jit, two in turn), shared
+  by every loop of that step, options and layout in the process: tinygrad schedules each realize anew (tens of
+  milliseconds for a step of these rules, n of them per factorization), a replay launches its kernels. Inside a
+  capture (TinyJits cannot nest) the steps run plainly, and the capture records them."""
+  pairs, n_state = tuple(_is_pair(x) for x in [*state, *consts]), len(state)
+  run = _flat_step(step, pairs, n_state, tuple(sorted(options.items())))
+  state, consts = _tensors(state), _tensors(consts)
+  if not _capturing():
+    state = distinct_buffers(device, state)
+    consts = distinct_buffers(device, consts, taken=state)
+    layout = (pairs, tuple((x.shape, x.dtype) for x in [*state, *consts]))
+    run = Alternating(functools.partial(step_jit, run, device, layout))
+  for j in indices:
+    state = run(_step(j, device), *state, *consts)
+  if not _capturing():  # NB: TinyJit reuses its output buffers on every replay: the state is copied out of them
+    state = distinct_buffers(device, state, taken=state)
+  return _from_tensors(state, pairs[:n_state])
+
+
+@functools.lru_cache(maxsize=None)
+def _flat_step(step, pairs: tuple, n_state: int, options: tuple):
+  """`step` as a function of Tensors (each Pair as its two parts, `pairs` saying which), its state realized."""
+  def run(j, *tensors):
+    values = _from_tensors(tensors, pairs)
+    out = step(j, *values[:n_state], *values[n_state:], **dict(options))
+    # NB: realized together (shared work done once), as distinct buffers: TinyJit takes them back as its inputs
+    return distinct_buffers(j.device, _tensors(out), taken=tensors)
+  return run
+
+
+def _from_tensors(tensors, pairs: tuple) -> list:
+  """The values whose Tensors (_tensors) these are, `pairs` saying which are Pairs."""
+  values, tensors = [], list(tensors)
+  for pair in pairs:
+    values.append(Pair(tensors.pop(0), tensors.pop(0)) if pair else tensors.pop(0))
+  return values
 
 
 def _reflect(a, v, tau, rows, cols, j, first_col):
@@ -393,24 +457,30 @@ def _householder_step(a, j, rows, cols):
 
 
 def _no_taus(batch: tuple, k: int, like, device: str):
-  """Room for k taus, shaped batch + (1, k), and the positions to store step j's at.
+  """Room for k taus, shaped batch + (1, k).
   NB: each step stores its tau and is made a buffer: 100 lazy taus concatenated at the end were one graph over every
   step's matrix, which tinygrad took 11 GB to schedule (a 2 x 200 x 100 qr)."""
-  return _zeros((*batch, 1, k), like, device), arange(k).reshape(1, k)
+  return _zeros((*batch, 1, k), like, device)
+
+
+def _tau_positions(taus):
+  """The positions to store step j's tau at in `taus` (batch + (1, k))."""
+  return arange(taus.shape[-1]).reshape(1, taus.shape[-1])
 
 
 def _geqrf(a, device: str):
   """Householder QR as LAPACK's geqr2 (geqrf's unblocked code, which it runs below 128 columns): R on and above the
   diagonal, the reflectors' vectors below it, and the taus (shaped batch + (min(m, n),))."""
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n)
   k = min(m, n)
-  taus, positions = _no_taus(tuple(batch), k, a, device)
-  for step in range(k):
-    j = _step(step, device)
-    a, tau = _householder_step(a, j, rows, cols)
-    a, taus = a.contiguous().realize(), _where(positions == j, tau, taus).contiguous().realize()
+  a, taus = _loop(_geqr2_step, range(k), [a, _no_taus(tuple(batch), k, a, device)], [], device)
   return a, taus.reshape(*batch, k)
+
+
+def _geqr2_step(j, a, taus):
+  rows, cols = _index_grid(*a.shape[-2:])
+  a, tau = _householder_step(a, j, rows, cols)
+  return [a, _where(_tau_positions(taus) == j, tau, taus)]
 
 
 def _geqp3(a, device: str):
@@ -421,35 +491,37 @@ def _geqp3(a, device: str):
   NB: norms that a downdate leaves equal in exact arithmetic are told apart by rounding, LAPACK's own (its nrm2, its
   gemv's order) there, so such a tie may go the other way (tests/xfail.py)."""
   *batch, m, n = a.shape
-  rows, cols = _index_grid(m, n)
   norms = _norm(a, -2)  # LAPACK's vn1, downdated
   exact_norms = norms  # LAPACK's vn2: each norm as last computed
-  order = cols.expand(*batch, 1, n)
+  order = arange(n).reshape(1, n).expand(*batch, 1, n)
+  k = min(m, n)
+  a, order, norms, exact_norms, taus = _loop(_laqp2_step, range(k),
+                                             [a, order, norms, exact_norms, _no_taus(tuple(batch), k, a, device)], [],
+                                             device)
+  return a, taus.reshape(*batch, k), order.reshape(*batch, n)
+
+
+def _laqp2_step(i, a, order, norms, exact_norms, taus):
+  m, n = a.shape[-2:]
+  rows, cols = _index_grid(m, n)
   # laqp2 recomputes a downdated norm below this: sqrt of LAPACK's machine epsilon (half an ulp of 1)
   recompute_below = math.sqrt(float(np.finfo(_to_np_dtype(a.dtype)).eps) / 2)
-  k = min(m, n)
-  taus, positions = _no_taus(tuple(batch), k, a, device)
-  for step in range(k):
-    i = _step(step, device)
-    at_i, remaining = cols == i, cols >= i
-    largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
-    pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
-    # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
-    pivot = ((pivot == n) | fb.isnan(_at(at_i, norms, -1))).where(i, pivot)
-    at_pivot = cols == pivot
-    a, order, norms, exact_norms = [_where(at_i, _at(at_pivot, x, -1), _where(at_pivot, _at(at_i, x, -1), x))
-                                    for x in (a, order, norms, exact_norms)]
-    a, tau = _householder_step(a, i, rows, cols)
-    taus = _where(positions == i, tau, taus)
-    fraction = (1 - fm.div(_abs(_at(rows == i, a, -2)), norms).square()).maximum(0)
-    inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
-    recomputed = _norm(_where(rows > i, a, 0), -2)
-    downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
-    update = (cols > i) & fb.nonzero(norms)
-    norms, exact_norms = update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms)
-    a, order, norms, exact_norms, taus = [x.contiguous().realize()
-                                          for x in (a, order, norms, exact_norms, taus)]
-  return a, taus.reshape(*batch, k), order.reshape(*batch, n)
+  at_i, remaining = cols == i, cols >= i
+  largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
+  pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
+  # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
+  pivot = ((pivot == n) | fb.isnan(_at(at_i, norms, -1))).where(i, pivot)
+  at_pivot = cols == pivot
+  a, order, norms, exact_norms = [_where(at_i, _at(at_pivot, x, -1), _where(at_pivot, _at(at_i, x, -1), x))
+                                  for x in (a, order, norms, exact_norms)]
+  a, tau = _householder_step(a, i, rows, cols)
+  taus = _where(_tau_positions(taus) == i, tau, taus)
+  fraction = (1 - fm.div(_abs(_at(rows == i, a, -2)), norms).square()).maximum(0)
+  inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
+  recomputed = _norm(_where(rows > i, a, 0), -2)
+  downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
+  update = (cols > i) & fb.nonzero(norms)
+  return [a, order, update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms), taus]
 
 
 def _orgqr(a, taus, device: str):
@@ -460,15 +532,18 @@ def _orgqr(a, taus, device: str):
   k = taus.shape[-1]
   rows, cols = _index_grid(m, n)
   q = _where(cols >= k, (rows == cols).cast(a.dtype), a)
-  for step in reversed(range(k)):
-    i = _step(step, device)
-    tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
-    q = _reflect(q, v, tau, rows, cols, i, i + 1)
-    scaled = _mul(-tau, v)
-    if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
-      scaled = _where(_nonzero(tau), scaled, 0)
-    q = _where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q).contiguous().realize()
+  (q,) = _loop(_org2r_step, reversed(range(k)), [q], [taus], device)
   return q
+
+
+def _org2r_step(i, q, taus):
+  rows, cols = _index_grid(*q.shape[-2:])
+  tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
+  q = _reflect(q, v, tau, rows, cols, i, i + 1)
+  scaled = _mul(-tau, v)
+  if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
+    scaled = _where(_nonzero(tau), scaled, 0)
+  return [_where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q)]
 
 
 @real_and_complex("householder_product")
@@ -482,15 +557,17 @@ def _ormqr(ctx, a, taus, c, *, left, transpose):
   matrices), as LAPACK's orm2r / unm2r: the reflectors are applied to c one by one, first to last as H_i^H (tau
   conjugated) for Q^H c (and c Q, computed as (Q^H c^H)^H), last to first for Q c."""
   c = c if left else _adjoint(c)
-  rows, cols = _index_grid(*c.shape[-2:])
-  reflector_cols = arange(a.shape[-1]).unsqueeze(-2)
   k = taus.shape[-1]
   adjoint = transpose == left
-  for step in (range(k) if adjoint else reversed(range(k))):
-    i = _step(step, ctx.device)
-    tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
-    c = _reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0).contiguous().realize()
+  (c,) = _loop(_orm2r_step, range(k) if adjoint else reversed(range(k)), [c], [a, taus], ctx.device, adjoint=adjoint)
   return c if left else _adjoint(c)
+
+
+def _orm2r_step(i, c, a, taus, *, adjoint):
+  rows, cols = _index_grid(*c.shape[-2:])
+  reflector_cols = arange(a.shape[-1]).unsqueeze(-2)
+  tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
+  return [_reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0)]
 
 
 @real_and_complex("geqrf")
@@ -505,18 +582,20 @@ def _hessenberg(ctx, a):
   from the left to the rows and columns after j. Returns the reduced matrix with the reflectors below its
   subdiagonal, and the n - 1 taus."""
   *batch, n, _ = a.shape
-  rows, cols = _index_grid(n, n)
-  taus, positions = _no_taus(tuple(batch), max(n - 1, 0), a, ctx.device)
-  for step in range(n - 1):
-    j = _step(step, ctx.device)
-    below_j = j + 1
-    at_col = cols == j
-    v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
-    # H from the right (A H = (H^H A^H)^H), then H^H from the left
-    a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
-    a = _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)).contiguous().realize()
-    taus = _where(positions == j, tau, taus).contiguous().realize()
+  a, taus = _loop(_gehd2_step, range(n - 1), [a, _no_taus(tuple(batch), max(n - 1, 0), a, ctx.device)], [],
+                  ctx.device)
   return [a, taus.reshape(*batch, max(n - 1, 0))]
+
+
+def _gehd2_step(j, a, taus):
+  rows, cols = _index_grid(*a.shape[-2:])
+  below_j = j + 1
+  at_col = cols == j
+  v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
+  # H from the right (A H = (H^H A^H)^H), then H^H from the left
+  a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
+  return [_where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)),
+          _where(_tau_positions(taus) == j, tau, taus)]
 
 
 @real_and_complex("qr")
@@ -540,21 +619,20 @@ def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
 def _cholesky_update(ctx, r, w):
   """The Cholesky factor of R^T R + w w^T by Givens rotations of row k of R against w, k = 0, 1, ..., with the
   formulas of JAX's lowering (XLA runs JAX's own code for it on CPU)."""
-  n = r.shape[-1]
-  rows, cols = _index_grid(n, n)
-  w = w.unsqueeze(-2)
-  for step in range(n):
-    k = _step(step, ctx.device)
-    row = _at(rows == k, r, -2)
-    x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
-    larger = (fb.fabs(x) > fb.fabs(y)).where(fb.fabs(x), fb.fabs(y))
-    x, y = fm.div(x, larger), fm.div(y, larger)
-    reciprocal = fm.div(1, (x * x + y * y).sqrt())
-    rotates = fb.nonzero(y)
-    c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
-    r = (rows == k).where(c * row - s * w, r).contiguous().realize()
-    w = (c * w + s * row).contiguous().realize()
+  r, _ = _loop(_givens_step, range(r.shape[-1]), [r, w.unsqueeze(-2)], [], ctx.device)
   return r
+
+
+def _givens_step(k, r, w):
+  rows, cols = _index_grid(*r.shape[-2:])
+  row = _at(rows == k, r, -2)
+  x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
+  larger = (fb.fabs(x) > fb.fabs(y)).where(fb.fabs(x), fb.fabs(y))
+  x, y = fm.div(x, larger), fm.div(y, larger)
+  reciprocal = fm.div(1, (x * x + y * y).sqrt())
+  rotates = fb.nonzero(y)
+  c, s = rotates.where(x * reciprocal, 1), rotates.where(-y * reciprocal, 0)
+  return [(rows == k).where(c * row - s * w, r), c * w + s * row]
 
 
 @register("symmetric_product")

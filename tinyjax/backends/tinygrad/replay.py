@@ -41,8 +41,10 @@ def distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
   what TinyJit takes as inputs and must return as outputs."""
   out, bases = [], {t.uop.base for t in taken}
   for t in tensors:
-    # NB: tinygrad's constants have no device, and contiguous() leaves them so
-    t = t.clone(device=device) if t.device is None or t.uop.base in bases else t.contiguous()
+    # NB: tinygrad's constants have no device, and contiguous() leaves them so; contiguous() of a buffer is that
+    # buffer, and of two equal lazy graphs (one zeros Tensor twice) one uop, so one buffer
+    contiguous = None if t.device is None else t.contiguous()
+    t = t.clone(device=device) if contiguous is None or contiguous.uop.base in bases else contiguous
     bases.add(t.uop.base)
     out.append(t)
   if pending := [*out, *realize_with]:
