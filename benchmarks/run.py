@@ -374,6 +374,29 @@ def bench_nested_loops(repeats):
   row("nested loops, sqrtm's recurrence on 24x24", times)
 
 
+def bench_factorization_calls(repeats):
+  """jnp.linalg.solve of a 48x48 system (lu: 48 steps, its permutation and two triangular solves of 48 steps each) in
+  new programs of one layout: each program's first call (run plainly), its second (captured by TinyJit) and its later
+  ones (replayed). The first program is the warm-up (kernels compiled, the steps' TinyJits captured)."""
+  rng = np.random.default_rng(0)
+  a = (rng.standard_normal((48, 48)) + 48 * np.eye(48)).astype(np.float32)
+  b = rng.standard_normal((48, 4)).astype(np.float32)
+  jax_f = jax.jit(jnp.linalg.solve)
+  times = {"jax.jit": median_time(lambda: jax_f(a, b).block_until_ready(), repeats)}
+  with on_backend("tinygrad"):
+    calls = {"first": [], "second": []}
+    for k in range(repeats + 1):
+      f = tinyjax.jit(lambda x, y, k=k: jnp.linalg.solve(x, y) * (k + 1))  # a new program each time
+      for call in ("first", "second"):
+        start = time.perf_counter()
+        f(a, b).block_until_ready()
+        calls[call].append(time.perf_counter() - start)
+    for call, durations in calls.items():
+      times[f"tinyjax.jit {call} call"] = statistics.median(durations[1:])
+    times["tinyjax.jit later calls"] = median_time(lambda: f(a, b).block_until_ready(), repeats)
+  row("a new program's calls, solve 48x48", times)
+
+
 FIRST_CALL = """
 import time, jax, jax.numpy as jnp, numpy as np
 import tinyjax, tinyjax.numpy as tnp
@@ -417,7 +440,8 @@ def bench_first_call():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
-  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,first_call",
+  parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
+                      "factorization_calls,first_call",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -426,7 +450,7 @@ def main():
              "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
              "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
              "nested_loops": lambda: bench_nested_loops(repeats),
-             "first_call": bench_first_call}
+             "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
     for name in args.only.split(","):
