@@ -9,6 +9,7 @@ the ratios the targets are about, each marked met or missed. `tinyjax auto` is T
 asserted anywhere: docs/performance.md records the latest table.
 """
 import argparse
+import collections
 import contextlib
 import os
 import statistics
@@ -376,24 +377,25 @@ def bench_nested_loops(repeats):
 
 def bench_factorization_calls(repeats):
   """jnp.linalg.solve of a 48x48 system (lu: 48 steps, its permutation and two triangular solves of 48 steps each) in
-  new programs of one layout: each program's first call (run plainly), its second (captured by TinyJit) and its later
-  ones (replayed). The first program is the warm-up (kernels compiled, the steps' TinyJits captured)."""
+  new programs of one layout: each program's calls in turn, its first STEPPED_PLAIN_RUNS run plainly, then captured by
+  TinyJit, then replayed (medians over `repeats` new programs after a warm-up one, which compiled the kernels and
+  captured the steps' TinyJits)."""
+  from tinyjax.backends.tinygrad import STEPPED_PLAIN_RUNS
   rng = np.random.default_rng(0)
   a = (rng.standard_normal((48, 48)) + 48 * np.eye(48)).astype(np.float32)
   b = rng.standard_normal((48, 4)).astype(np.float32)
   jax_f = jax.jit(jnp.linalg.solve)
   times = {"jax.jit": median_time(lambda: jax_f(a, b).block_until_ready(), repeats)}
   with on_backend("tinygrad"):
-    calls = {"first": [], "second": []}
+    calls = collections.defaultdict(list)
     for k in range(repeats + 1):
       f = tinyjax.jit(lambda x, y, k=k: jnp.linalg.solve(x, y) * (k + 1))  # a new program each time
-      for call in ("first", "second"):
+      for call in range(1, STEPPED_PLAIN_RUNS + 3):
         start = time.perf_counter()
         f(a, b).block_until_ready()
         calls[call].append(time.perf_counter() - start)
     for call, durations in calls.items():
-      times[f"tinyjax.jit {call} call"] = statistics.median(durations[1:])
-    times["tinyjax.jit later calls"] = median_time(lambda: f(a, b).block_until_ready(), repeats)
+      times[f"tinyjax.jit call {call}"] = statistics.median(durations[1:])
   row("a new program's calls, solve 48x48", times)
 
 

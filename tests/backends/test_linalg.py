@@ -457,9 +457,11 @@ def test_complex128(x64):
 
 def test_a_factorization_schedules_its_steps_once(monkeypatch):
   """A factorization's steps are replayed by TinyJits of a step shared by every loop of its layout: a new program
-  that solves a system of the same shapes schedules a few realizes, not several per row (tinygrad takes tens of
-  milliseconds to schedule each); its result is JAX's."""
+  that solves a system of the same shapes schedules a few realizes per call, not several per row (tinygrad takes tens
+  of milliseconds to schedule each), for its first STEPPED_PLAIN_RUNS calls; then TinyJit captures it (each step
+  scheduled once), and its later calls schedule only their inputs' copies. Every result is JAX's."""
   from tinygrad import Tensor
+  from tinyjax.backends.tinygrad import STEPPED_PLAIN_RUNS
   n = 40
   a, b = well_conditioned((n, n)), np.ones((n, 3), np.float32)
   assert_like_jax(tinyjax.jit(tnp.linalg.solve)(a, b), jnp.linalg.solve(a, b), rtol=RTOL, atol=ATOL)
@@ -470,6 +472,13 @@ def test_a_factorization_schedules_its_steps_once(monkeypatch):
     return schedule(*tensors)
   monkeypatch.setattr(Tensor, "linear_with_vars", counted)
   solve_twice = tinyjax.jit(lambda x, y: tnp.linalg.solve(x, y) * 2)
-  assert_like_jax(solve_twice(a.T, b), jnp.linalg.solve(a.T, b) * 2, rtol=RTOL, atol=ATOL)
-  # lu (n steps), its permutation (n) and two triangular solves (n each), one realize a step without the replays
-  assert 0 < len(scheduled) < n, len(scheduled)
+  per_call = []
+  for call in range(STEPPED_PLAIN_RUNS + 2):
+    x, y = a.T + call, b  # copied to the device at the call: two realizes of every call
+    scheduled.clear()
+    result = solve_twice(x, y).block_until_ready()
+    per_call.append(len(scheduled))
+    assert_like_jax(result, jnp.linalg.solve(a.T + call, b) * 2, rtol=RTOL, atol=ATOL)
+  # lu (n steps), its permutation (n) and two triangular solves (n each): one realize a step without the replays
+  assert all(0 < count < n for count in per_call[:STEPPED_PLAIN_RUNS]), per_call
+  assert per_call[STEPPED_PLAIN_RUNS] >= 4 * n and per_call[-1] == 2, per_call

@@ -28,6 +28,13 @@ locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU d
 amend()  # before any kernel: tinygrad compiles its rules at their first use
 
 
+# A program that runs loops of replayed steps (table.STEPPED: the factorizations) runs plainly this many times before
+# TinyJit captures it: plainly, the steps are replays of TinyJits shared by every program (a 48x48 solve: ~0.3 s);
+# captured, each step is scheduled by tinygrad once (~5 s), which pays off only for a program run again and again
+# (replayed: ~0.08 s). JAX's own tests call each program three times.
+STEPPED_PLAIN_RUNS = 4
+
+
 def _all_empty(avals) -> bool:
   """Whether an equation's outputs are all empty arrays (a zero in each shape)."""
   return bool(avals) and all(0 in getattr(a, "shape", (1,)) for a in avals)
@@ -157,7 +164,10 @@ class TinygradBackend(Backend):
               for a, t in zip(program.outputs, lazy(inputs))]
       return realized(outs, self.tg_device)
 
-    return Replayed(run, lazy, program, self.const) if self.plan_of(program).jittable else run
+    planned = self.plan_of(program)
+    if not planned.jittable:
+      return run
+    return Replayed(run, lazy, program, self.const, plain_runs=STEPPED_PLAIN_RUNS if planned.stepped else 1)
 
   # --- compiling a flushed program
   def compile(self, program) -> Compiled:

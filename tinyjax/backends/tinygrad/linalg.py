@@ -213,7 +213,7 @@ def _index_grid(rows: int, cols: int):
   return arange(rows).reshape(rows, 1), arange(cols).reshape(1, cols)
 
 
-@real_and_complex("cholesky")
+@real_and_complex("cholesky", stepped=True)
 def _cholesky(ctx, a):
   """Right-looking Cholesky of the lower triangle (the upper is never read): L L^H = A. As LAPACK's potrf, a pivot is
   the real part of its diagonal entry (a Hermitian matrix's diagonal is real), and the strict upper triangle of the
@@ -241,7 +241,7 @@ def _cholesky_step(j, work, failed):
           failed | fails]
 
 
-@real_and_complex("triangular_solve")
+@real_and_complex("triangular_solve", stepped=True)
 def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
   """op(a) x = b (left_side) or x op(a) = b, op transposing when transpose_a and conjugating when conjugate_a (which
   changes nothing for a real a); only a's `lower` (or upper) triangle is read, and not its diagonal when
@@ -288,7 +288,7 @@ def _swap_step(i, order, pivots):
   return [(position == i).where(pivot_entry, at_pivot.where(entry_i, order))]
 
 
-@real_and_complex("lu")
+@real_and_complex("lu", stepped=True)
 def _lu(ctx, a):
   """LU with partial pivoting as LAPACK's getrf: at step k the pivot is the first row (from k on) of largest size
   in column k (|value|, or |re| + |im| for a complex one, as izamax); the multipliers are the column times the
@@ -319,7 +319,7 @@ def _elimination_step(k, a, pivots):
           (arange(pivots.shape[-1]) == k).where(pivot_row, pivots)]
 
 
-@register("lu_pivots_to_permutation")
+@register("lu_pivots_to_permutation", stepped=True)
 def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
   return _permutation(pivots, permutation_size, ctx.device)
 
@@ -546,12 +546,12 @@ def _org2r_step(i, q, taus):
   return [_where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q)]
 
 
-@real_and_complex("householder_product")
+@real_and_complex("householder_product", stepped=True)
 def _householder_product(ctx, a, taus):
   return _orgqr(a, taus, ctx.device)
 
 
-@real_and_complex("ormqr")
+@real_and_complex("ormqr", stepped=True)
 def _ormqr(ctx, a, taus, c, *, left, transpose):
   """Q c, Q^H c, c Q or c Q^H with Q = H_0 H_1 ... H_{k-1} (transpose is the conjugate transpose for complex
   matrices), as LAPACK's orm2r / unm2r: the reflectors are applied to c one by one, first to last as H_i^H (tau
@@ -570,12 +570,12 @@ def _orm2r_step(i, c, a, taus, *, adjoint):
   return [_reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0)]
 
 
-@real_and_complex("geqrf")
+@real_and_complex("geqrf", stepped=True)
 def _geqrf_rule(ctx, a):
   return list(_geqrf(a, ctx.device))
 
 
-@real_and_complex("hessenberg")
+@real_and_complex("hessenberg", stepped=True)
 def _hessenberg(ctx, a):
   """Reduction to upper Hessenberg form as LAPACK's gehd2 (gehrd's unblocked code, which it runs up to 128 rows):
   reflector j reduces column j below the subdiagonal and is applied from the right to the columns after j, then
@@ -598,7 +598,7 @@ def _gehd2_step(j, a, taus):
           _where(_tau_positions(taus) == j, tau, taus)]
 
 
-@real_and_complex("qr")
+@real_and_complex("qr", stepped=True)
 def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
   """Q and R (and the column permutation, with pivoting) as JAX's lowering builds them from geqrf (or geqp3) and orgqr
   (householder_product)."""
@@ -615,7 +615,7 @@ def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
   return [q, _where(rows <= cols, packed, 0), *permutation]
 
 
-@register("cholesky_update")
+@register("cholesky_update", stepped=True)
 def _cholesky_update(ctx, r, w):
   """The Cholesky factor of R^T R + w w^T by Givens rotations of row k of R against w, k = 0, 1, ..., with the
   formulas of JAX's lowering (XLA runs JAX's own code for it on CPU)."""

@@ -12,8 +12,8 @@ from jax.extend.core import ClosedJaxpr
 from tinyjax.backends import xla
 from tinyjax.backends.tinygrad import carried
 from tinyjax.backends.tinygrad.replay import distinct_buffers
-from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES, takes_complex,
-                                             uses_host_sync)
+from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES,
+                                             holds_stepped_loops, takes_complex, uses_host_sync)
 from tinyjax.ir import keys
 from tinyjax.ir.program import program_of, subprogram
 
@@ -98,6 +98,7 @@ class Plan:
   segments: tuple  # backend name of each segment
   bytes_crossed: int
   jittable: bool  # wholly native and no host reads: TinyJit can capture it
+  stepped: bool  # it runs loops of replayed steps (table.STEPPED), which a capture schedules step by step
 
 
 def plan(program, backend) -> Plan:
@@ -120,7 +121,7 @@ def plan(program, backend) -> Plan:
   counts = collections.Counter(("tinygrad" if s.native else "xla", e.name) for s in segments for e in s.eqns)
   crossed = sum(crossing_bytes(s, avals) for s in segments if not s.native)
   return Plan(tuple(steps), counts, tuple("tinygrad" if s.native else "xla" for s in segments), crossed,
-              len(segments) == 1 and segments[0].native and not host_sync)
+              len(segments) == 1 and segments[0].native and not host_sync, holds_stepped_loops(program.eqns))
 
 
 def _host_sync(eqn) -> bool:

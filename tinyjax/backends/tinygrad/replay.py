@@ -53,8 +53,8 @@ def distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
 
 
 class Replayed:
-  """Runs a wholly native program: plainly first, captured by TinyJit on the second call, and replayed after that
-  by running the captured kernels directly on the inputs' buffers.
+  """Runs a wholly native program: plainly first (`plain_runs` times), then captured by TinyJit, and replayed after
+  that by running the captured kernels directly on the inputs' buffers.
 
   NB: the computed outputs are inputs of the capture too: each is assigned into a buffer passed in, so that at
   every replay the kernels write the outputs straight into fresh buffers (TinyJit's own replay hands out the same
@@ -64,7 +64,7 @@ class Replayed:
   write an input, so two inputs may share a buffer.
   """
 
-  def __init__(self, run, lazy, program, const):
+  def __init__(self, run, lazy, program, const, plain_runs: int = 1):
     self.kernels = None  # the captured kernels resolved for launching, when every one is a plain kernel launch
     self.synchronous = False  # every one of them is a direct call (Launch.direct): a replay is done when it returns
     self.templates: list[_OutputTemplate] = []  # of each written output
@@ -72,6 +72,7 @@ class Replayed:
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
     self.calls = 0
+    self.plain_runs = plain_runs  # the runs before the capture
     self.broken = not self.computed  # nothing to capture, or TinyJit refused the capture: runs plainly
     self.written: list[int] = []  # computed outputs of nonzero size, written by the kernels into fresh buffers
     self.specs: list[tuple] = []  # (shape, size, dtype, device) of each written output
@@ -86,7 +87,9 @@ class Replayed:
     if self.broken:
       return self.run(inputs)
     self.calls += 1
-    return self._first_run(inputs) if self.calls == 1 else self._capture(inputs)
+    if self.calls == 1:
+      return self._first_run(inputs)
+    return self.run(inputs) if self.calls <= self.plain_runs else self._capture(inputs)
 
   def _first_run(self, inputs):
     outs = self.run(inputs)

@@ -16,6 +16,9 @@ HOST_SYNC: dict[str, Callable[..., bool]] = {}
 CARRIED_AS_IS: set[str] = set()  # rules that take carried values as they are (control flow, the random rules)
 LAYOUTS: dict[str, Callable] = {}  # rules that run on carried data as on real data: name -> params for it
 COMPLEX_RULES: dict[str, Callable] = {}  # rules for complex operands (as pairs), used in place of RULES' rule
+# Rules that run loops of steps replayed by TinyJits of their own outside a capture, and plainly inside one (every
+# step scheduled by tinygrad): a program with one is captured only after a few plain runs (replay.Replayed).
+STEPPED: set[str] = set()
 # Rules that run a jaxpr of their own (an expansion of the primitive, traced for the equation's avals): name ->
 # expansion(in_avals, **params), the ClosedJaxpr, so that the backend claims the primitive only if that runs here.
 EXPANSIONS: dict[str, Callable] = {}
@@ -34,10 +37,11 @@ class RuleContext:
 
 
 def register(*names: str, host_sync: bool | Callable[..., bool] = False, carried: bool = False,
-             expansion: Callable | None = None):
+             expansion: Callable | None = None, stepped: bool = False):
   """Decorator: `rule` implements the primitives `names` on tinygrad. `host_sync`: True, or a predicate of the
   equation's params (`host_sync(**params)`); `carried`: the rule also takes carried values (typed keys, complex
-  numbers) as they are; `expansion`: the rule runs the jaxpr `expansion(in_avals, **params)`."""
+  numbers) as they are; `expansion`: the rule runs the jaxpr `expansion(in_avals, **params)`; `stepped`: the rule
+  runs loops of replayed steps (STEPPED)."""
   def decorate(rule):
     for name in names:
       assert name not in RULES, f"two tinygrad rules for {name}"
@@ -48,8 +52,17 @@ def register(*names: str, host_sync: bool | Callable[..., bool] = False, carried
         CARRIED_AS_IS.add(name)
       if expansion:
         EXPANSIONS[name] = expansion
+      if stepped:
+        STEPPED.add(name)
     return rule
   return decorate
+
+
+def holds_stepped_loops(eqns) -> bool:
+  """Whether any equation, or any equation of a jaxpr in its params, runs loops of replayed steps (STEPPED)."""
+  from jax.extend.core import jaxprs_in_params
+  return any(eqn.primitive.name in STEPPED or any(holds_stepped_loops(j.eqns) for j in jaxprs_in_params(eqn.params))
+             for eqn in eqns)
 
 
 def uses_host_sync(eqns) -> bool:
