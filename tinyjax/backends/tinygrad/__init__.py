@@ -1,6 +1,7 @@
 """The tinygrad backend: each equation's rule builds lazy tinygrad Tensors, and one realize at the end of the
 program lets tinygrad fuse them into few kernels. A program that runs wholly on tinygrad is captured by TinyJit on
-its second run and replayed after that; equations without a rule run as XLA segments.
+its second run (its fifth if it holds a factorization) and replayed after that; equations without a rule run as XLA
+segments.
 
 The parts, in the order a flush uses them: device.py (the device, data in and out), plan.py (what runs where, the
 segments), the rule table (table.py, filled by the rule modules), replay.py (realize, capture, replay) and
@@ -154,7 +155,7 @@ class TinygradBackend(Backend):
     return read_outputs(program, env, self.const)
 
   def runner(self, program):
-    """inputs -> the program's outputs, realized; a program TinyJit can capture is replayed from its third run."""
+    """inputs -> the program's outputs, realized; a program TinyJit can capture is replayed after its capture."""
     def lazy(inputs):
       return self.run_lazily(program, inputs)
 
