@@ -372,14 +372,15 @@ def _loop(step, indices, state: list, consts: list, device: str, **options) -> l
   pairs, n_state = tuple(_is_pair(x) for x in [*state, *consts]), len(state)
   run = _flat_step(step, pairs, n_state, tuple(sorted(options.items())))
   state, consts = _tensors(state), _tensors(consts)
-  if not _capturing():
+  jitted = not _capturing()
+  if jitted:
     state = distinct_buffers(device, state)
     consts = distinct_buffers(device, consts, taken=state)
     layout = (pairs, tuple((x.shape, x.dtype) for x in [*state, *consts]))
     run = Alternating(functools.partial(step_jit, run, device, layout))
   for j in indices:
     state = run(_step(j, device), *state, *consts)
-  if not _capturing():  # NB: TinyJit reuses its output buffers on every replay: the state is copied out of them
+  if jitted:  # NB: TinyJit reuses its output buffers on every replay: the state is copied out of them
     state = distinct_buffers(device, state, taken=state)
   return _from_tensors(state, pairs[:n_state])
 
