@@ -22,6 +22,7 @@ from jax._src import dispatch as jax_dispatch
 import tinyjax
 from tinyjax import patching as patch_module
 from tinyjax.cli.main import app
+from tinyjax.core.report import collecting
 from oracle import assert_like_jax
 
 PROGRAMS = pathlib.Path(__file__).parent / "programs"
@@ -224,6 +225,33 @@ def test_jit_where_jax_defines_it_is_patched_and_jaxs_runtime_keeps_its_own():
   assert_like_jax(eager_solve, expected_solve, rtol=1e-6)
   assert_like_jax(jitted_solve, expected_solve * 2, rtol=1e-6)
   np.testing.assert_array_equal(mapped, a[None] * 2)
+
+
+def test_a_primitive_jax_applies_eagerly_runs_on_tinyjax():
+  """A JAX function that is not a public name (`jax._src.lax.linalg.geqrf`), a primitive bound by hand, an element
+  of a jax.Array made before the patch, on concrete values, run on tinyjax while patched, with JAX's dtype and weak
+  type; the same call inside a patched jit gives the same values (JAX's tests compare the two), and the report
+  counts it."""
+  from jax._src.lax import lax as lax_internal
+  from jax._src.lax import linalg as lax_linalg
+  rng = np.random.default_rng(0)
+  a, c = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+  q_and_c = lambda a, c: lax_linalg.ormqr(*lax_linalg.geqrf(a), c, left=True, transpose=True)
+  made_before = jnp.arange(3.0)  # indexed eagerly, JAX binds dynamic_slice with NumPy integers in its parameters
+  expected, expected_sum = q_and_c(a, c), lax_internal.add_p.bind(1.0, np.float32(2.0))
+  expected_element = made_before[1]
+  with collecting() as report, tinyjax.patch():
+    eager = q_and_c(a, c)
+    eager_sum = lax_internal.add_p.bind(1.0, np.float32(2.0))
+    element = made_before[1]
+    jitted = jax.jit(q_and_c)(a, c)
+  assert all(isinstance(x, tinyjax.Array) for x in (eager, eager_sum, element))
+  assert_like_jax(eager, expected, rtol=1e-5, atol=1e-6)
+  assert_like_jax(eager_sum, expected_sum)
+  assert_like_jax(element, expected_element)
+  np.testing.assert_array_equal(eager, jitted)
+  assert {"geqrf", "ormqr", "add"} <= {p for (backend, p) in report.primitives if backend != "xla"}
+  assert isinstance(lax_internal.add_p.bind(1.0, 2.0), jax.Array)  # JAX's own again once unpatched
 
 
 def test_reductions_keep_jax_identity_of_their_monoid():

@@ -9,7 +9,9 @@
   jaxpr on the tinyjax backend (as tinyjax.jit), and `jax.grad`, `value_and_grad`, `vmap`, `jacfwd`, `jacrev`,
   `jacobian`, `hessian`, `checkpoint`/`remat`, `jvp`, `vjp`, `linearize` called on concrete values trace the
   transformed function once and run it on the backend;
-- `jax.device_put` makes tinyjax Arrays on the device in effect.
+- `jax.device_put` makes tinyjax Arrays on the device in effect;
+- a primitive that JAX applies by itself to concrete values (`jax._src.lax.linalg.geqrf(x)`, `prim.bind(x)`: a JAX
+  function that is not a public name, called outside any transformation) runs as a tinyjax call of that primitive.
 
 Each replacement is a small wrapper holding JAX's original. It calls the original when the patch is off (so a
 function captured while patched, e.g. a `@jax.jit` decorator applied when a module was imported, behaves exactly as
@@ -17,17 +19,21 @@ JAX's once the patch is undone) and when its caller is tinyjax's own code (tinyj
 Undoing the patch puts back the very objects that were there.
 
 NB: what the patch cannot reach is JAX's: functions captured before it (`from jax.numpy import dot` in a module
-imported earlier), JAX's scalar types (`jnp.float32(1.0)`), and `jax.Array`s JAX made before it.
+imported earlier), and what JAX runs as its own jitted functions on `jax.Array`s JAX made before it (`x + 1`,
+`x.sum()`; an element `x[1]` is an eager primitive, caught).
 """
 import functools
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 import types
 
 import jax
+import numpy as np
 from jax._src import api as jax_api
+from jax._src import dispatch as jax_dispatch
 
 from tinyjax import identity, transforms
 from tinyjax.core import mirror, tracing
@@ -150,6 +156,45 @@ def _jit(original, runtime_stays_jax: bool = False):
   return jit
 
 
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+_EAGER_KEPT = 4096  # primitives with their parameters whose eager calls are remembered
+
+
+def _called_by_user(frame) -> bool:
+  """Whether the first frame outside JAX's own files, from `frame` outwards, is neither tinyjax's nor missing."""
+  while frame is not None and frame.f_code.co_filename.startswith(_JAX_DIR):
+    frame = frame.f_back
+  return frame is not None and not is_tinyjax_file(frame.f_code.co_filename)
+
+
+@functools.lru_cache(maxsize=_EAGER_KEPT)
+def _primitive_call(prim, params: tuple):
+  """The tinyjax call of `prim` with `params` on concrete values: one function per primitive and parameters, so
+  that tracing.call remembers what it traced."""
+  # NB: JAX's eager paths leave NumPy integers in parameters (`x[1]` on a jax.Array binds dynamic_slice with
+  # slice_sizes=(np.int64(1),)), where its tracing gives Python ints, which tinygrad's rules take
+  ints = {name: jax.tree_util.tree_map(lambda v: int(v) if isinstance(v, np.integer) else v, value)
+          for name, value in params}
+
+  def bound(*args):
+    return prim.bind(*args, **ints)
+  return lambda *args: tracing.call(bound, args)
+
+
+def _eager_primitives(original):
+  """JAX's `dispatch.xla_primitive_callable`, through which JAX's runtime applies a primitive to concrete values
+  (`dispatch.apply_primitive`, every primitive's default impl): while patched, the primitive runs on tinyjax when a
+  user's code applied it outside any transformation. NB: what tinyjax applies itself (its fallback, its
+  conversions) stays JAX's; so do pmap's and shard_map's runtimes, which do not come this way."""
+  @functools.wraps(original)  # NB: with the original's cache_info and cache_clear, which JAX's test utilities read
+  def primitive_callable(prim, **params):
+    on_jax = original(prim, **params)  # JAX's cache of primitive callables counts this call as before
+    if _on and not tracing.inside_transformation() and _called_by_user(sys._getframe(1)):
+      return _primitive_call(prim, tuple(sorted(params.items())))
+    return on_jax
+  return primitive_callable
+
+
 def _transform(original):
   """`jax.grad` and the like: the transformed function, traced once per avals and run on the backend while
   patched (JAX's own, given tracers: tinyjax's tracing defers to it)."""
@@ -228,6 +273,7 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   plan.append((jax, "jit", _jit(jax.jit)))
   plan.append((jax_api, "jit", _jit(jax_api.jit, runtime_stays_jax=True)))
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
+  plan.append((jax_dispatch, "xla_primitive_callable", _eager_primitives(jax_dispatch.xla_primitive_callable)))
   return plan
 
 
