@@ -301,6 +301,68 @@ def test_each_call_names_the_users_line():
     assert [m._value.node.source for m in made] == [f"{__file__}:{line}"] * 3
 
 
+# --- a long flush is cut into programs of bounded cost, which a loop's steps share
+
+def _sin_affine(np_, y, steps):
+  """An eager update loop of the kind simulations and samplers are written as (a transcendental in every step)."""
+  for _ in range(steps):
+    y = np_.sin(y) * 0.5 + y * 0.5
+    y = y * 0.999 + 0.001
+  return y
+
+
+def _compiled_sizes(capsys) -> list[int]:
+  """The equations of each program compiled since the last call, as TINYJAX_LOG_COMPILES prints them."""
+  return [int(line.split()[5]) for line in capsys.readouterr().err.splitlines()
+          if line.startswith("tinyjax: compiling a program of")]
+
+
+def test_a_long_eager_loop_compiles_what_one_step_needs(monkeypatch, capsys):
+  """A loop of 50 steps read once, then one of 400: the longer loop compiles no program the shorter one did not (its
+  cost grows with its steps, not faster), and every program is a few steps long. Before, each flush was one program
+  of every pending step: 400 chained sines took minutes to build. Flushed by the buffer bound on the way (ending
+  anywhere in a step), the programs stay as short."""
+  monkeypatch.setenv("TINYJAX_LOG_COMPILES", "1")
+  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "100000")
+  start = np.linspace(-3, 3, 40, dtype=np.float32)  # NB: a shape of its own: the programs are new to this test
+  assert_like_jax(_sin_affine(tnp, tnp.asarray(start), 50), _sin_affine(jnp, jnp.asarray(start), 50))
+  first = _compiled_sizes(capsys)
+  assert first and max(first) <= 4 * pending.CHUNK_COST
+  assert_like_jax(_sin_affine(tnp, tnp.asarray(start), 400), _sin_affine(jnp, jnp.asarray(start), 400))
+  assert _compiled_sizes(capsys) == []
+  monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "500")
+  assert_like_jax(_sin_affine(tnp, tnp.asarray(start), 400), _sin_affine(jnp, jnp.asarray(start), 400))
+  assert max(_compiled_sizes(capsys), default=0) <= 4 * pending.CHUNK_COST
+
+
+def test_values_kept_across_the_cuts_are_jaxs():
+  """Random eager programs (seeded) of cheap and costly calls, which read values made long before and keep some:
+  every kept value, computed in whichever chunk, is JAX's, and reading one mid-way cuts nothing wrong."""
+  ops = [lambda np_, a, b: np_.sin(a) + b, lambda np_, a, b: np_.exp(-a * a) * b, lambda np_, a, b: a * 0.75 - b,
+         lambda np_, a, b: np_.tanh(a - b), lambda np_, a, b: a + np_.cumsum(b) * 0.01,
+         lambda np_, a, b: np_.where(a > b, a, -b), lambda np_, a, b: a / (1.0 + b * b)]
+  for seed in range(3):
+    rng = np.random.default_rng(seed)
+    start = rng.standard_normal(24).astype(np.float32)
+    kept = {}
+    for np_ in (tnp, jnp):
+      values = [np_.asarray(start)]
+      out = []
+      for step in range(120):
+        op, a, b = rng.integers(len(ops)), rng.integers(len(values)), rng.integers(len(values))
+        values.append(ops[op](np_, values[a], values[b]))
+        if step % 17 == 0:
+          out.append(values[-1])
+        if np_ is tnp and step == 60:
+          values[-1].block_until_ready()
+      kept[np_] = out + values[-3:]
+      rng = np.random.default_rng(seed)  # the same program again for JAX
+      rng.standard_normal(24)
+    # NB: the differences may cancel a value to near zero, where an ulp of its O(1) operands is a large part of it: XLA
+    # and tinygrad contract other products into fused multiply-adds (each its own rounding), so the bound is absolute
+    assert_like_jax(kept[tnp], kept[jnp], atol=1e-6)
+
+
 # --- a failed flush
 
 def test_failed_flush_leaves_other_arrays_valid(monkeypatch):

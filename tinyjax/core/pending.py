@@ -94,6 +94,23 @@ _programs: collections.OrderedDict = collections.OrderedDict()
 _PROGRAM_CACHE_SIZE = 512
 
 
+# A flush is cut into programs whose cost reaches CHUNK_COST at most by their last call (`_cut`). An equation costs 1,
+# or more when it expands into a long formula: the operations tinygrad builds for one element, measured on float32
+# (mul: 4; exp: 83; sin: 344; lgamma: 689), divided by 4.
+CHUNK_COST = 64
+EXPANSION_COST = {
+  **dict.fromkeys(("sin", "cos", "tan", "pow", "sinh", "cosh", "cbrt", "erf_inv"), 64),
+  **dict.fromkeys(("lgamma", "digamma", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "polygamma", "zeta",
+                   "bessel_i0e", "bessel_i1e", "regularized_incomplete_beta"), 160),
+  **dict.fromkeys(("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "erf", "erfc", "atan2", "atan", "asin",
+                   "acos", "asinh", "acosh", "atanh"), 24),
+}
+
+
+def equation_cost(eqn) -> int:
+  return EXPANSION_COST.get(eqn.name, 1)
+
+
 # How each output of a traced call is made (`outputs_of`): computed by the call, a literal, a constant of the trace,
 # or one of its inputs unchanged
 COMPUTED, LITERAL, CONST, INPUT = range(4)
@@ -145,14 +162,17 @@ def track(arrays) -> None:
     if array._value.node is not None:
       queue.pending.append(weakref.ref(array))
   if queue.n_eqns > _buffer_limit():
-    flush()
+    flush(whole=False)
 
 
 _buffer_limit = config.reader("buffer_limit")
 
 
-def flush(extra=()) -> None:
-  """Run every pending value that a live Array (or `extra`) can still read, as one program."""
+def flush(extra=(), whole: bool = True) -> None:
+  """Run every pending value that a live Array (or `extra`) can still read, as one program (or a few: `run`).
+
+  Not `whole` (the buffer's bound reached, nothing read): the last chunk stays pending, so that the next flush
+  begins where a chunk would (`_cut`), not at the call that crossed the bound."""
   with flush_lock:
     arrays = [a for r in _queue.pending if (a := r()) is not None]
     _queue.pending.clear()
@@ -164,7 +184,9 @@ def flush(extra=()) -> None:
     try:
       # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
       # other values do not rerun (and fail on) equations that nobody asked for
-      run(values, backend)
+      if (rest := run(values, backend, whole)) is not None:
+        track(a for a in arrays if a._value.node is not None)
+        _queue.n_eqns = sum(node.traced.n_eqns for node in rest)
       return
     except Exception:
       asked = list({id(v): v for v in extra if v.node is not None}.values())
@@ -208,8 +230,33 @@ def _collect(values):
   return [nodes[s] for s in sorted(nodes)]
 
 
-def run(values: list[Value], backend) -> None:
+def run(values: list[Value], backend, whole: bool = True) -> list | None:
+  """Compute the values: the calls they need as one program, or as a sequence of programs when its cost is high.
+  Not `whole`: the calls of the last of several chunks stay pending (returned)."""
   nodes = _collect(values)
+  wiring, input_values, outs = _wired(nodes, values)
+  key = (backend, wiring, outs)
+  compiled = _programs.get(key)
+  if compiled is not None:
+    _programs.move_to_end(key)
+  elif len(chunks := _cut(nodes)) > 1:
+    if not whole:
+      _run_chunks(chunks[:-1], values, input_values, backend, later=chunks[-1])
+      return chunks[-1]
+    _remember(key, _run_chunks(chunks, values, input_values, backend))
+    return None
+  else:
+    compiled = _remember(key, _compile(nodes, wiring, input_values, outs, backend))
+  if type(compiled) is Sequence:
+    compiled.run(backend, values, input_values)
+  else:
+    execute(compiled, backend, values, input_values)
+  return None
+
+
+def _wired(nodes, values) -> tuple:
+  """The structure of a program of `nodes` computing `values`: for each node its trace and where each input comes
+  from (an earlier node's output (position, index), or program input i as -1 - i); its inputs; its outputs."""
   position = {node.serial: i for i, node in enumerate(nodes)}
   inputs: dict[int, int] = {}  # id(value) -> input position
   input_values: list[Value] = []
@@ -227,21 +274,111 @@ def run(values: list[Value], backend) -> None:
           input_values.append(v)
         refs.append(-1 - at)
     wiring.append((node.traced.serial, tuple(refs)))
-  outs = tuple((position[v.node.serial], v.index) for v in values)
-  key = (backend, tuple(wiring), outs)
-  compiled = _programs.get(key)
-  if compiled is None:
-    program = _build(nodes, wiring, input_values, outs)
-    compiled = _programs[key] = backend.compile(program)
-    report.record_compile()
-    if config.validated("log_compiles") == "1":
-      print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
-            f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source})", file=sys.stderr)
-    if len(_programs) > _PROGRAM_CACHE_SIZE:
-      _programs.popitem(last=False)
-  else:
-    _programs.move_to_end(key)
-  execute(compiled, backend, values, input_values)
+  return tuple(wiring), input_values, tuple((position[v.node.serial], v.index) for v in values)
+
+
+def _compile(nodes, wiring, input_values, outs, backend):
+  program = _build(nodes, wiring, input_values, outs)
+  compiled = backend.compile(program)
+  report.record_compile()
+  if config.validated("log_compiles") == "1":
+    print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
+          f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source})", file=sys.stderr)
+  return compiled
+
+
+def _remember(key, compiled):
+  _programs[key] = compiled
+  if len(_programs) > _PROGRAM_CACHE_SIZE:
+    _programs.popitem(last=False)
+  return compiled
+
+
+def _cut(nodes) -> list[list[Node]]:
+  """The nodes, in order, cut into chunks of bounded cost (`Traced.cost`), each a program of its own.
+
+  Building a program costs time that grows faster than its size (tinygrad's rewrites of one fused graph, a kernel's
+  compile): a long eager chain flushed whole was one program whose build took minutes. Cut into chunks, each
+  program's build is bounded, and a loop's chunks repeat: the same structure, compiled once and replayed. A chunk
+  ends once its cost reaches CHUNK_COST, after a call of the function traced first among its calls: the cuts of a
+  loop fall at the same place of its step whatever the phase the flush began at (a flush by the buffer limit ends
+  anywhere in a step), so its chunks have one structure (a few, when that function is called more than once a
+  step). A chunk that finds no such call ends at 4 times CHUNK_COST; a flush that costs less than that is not cut
+  (tinygrad fuses across what a cut would separate)."""
+  if sum(node.traced.cost for node in nodes) < 4 * CHUNK_COST:
+    return [nodes]
+  chunks, chunk, total, first = [], [], 0, None
+  for node in nodes:
+    chunk.append(node)
+    total += node.traced.cost
+    serial = node.traced.serial
+    first = serial if first is None else min(first, serial)
+    if total >= CHUNK_COST and serial == first or total >= 4 * CHUNK_COST:
+      chunks.append(chunk)
+      chunk, total, first = [], 0, None
+  if chunk:
+    chunks.append(chunk)
+  return chunks
+
+
+class Sequence:
+  """A flush cut into chunks, as it ran the first time: each chunk's compiled program (in the cache under the chunk's
+  own key, shared with every flush that holds the same chunk) and where its inputs come from, in order. A flush of
+  the same structure runs it again without cutting, wiring and looking up each chunk."""
+  __slots__ = ("steps", "outputs", "released")
+
+  def __init__(self, steps, outputs):
+    self.steps = steps  # (compiled, positions of its inputs in the run's values, avals of its outputs)
+    self.outputs = outputs  # positions of the flush's outputs in the run's values
+    # NB: a value between chunks is let go after the last chunk that reads it, so that a chunk run again and again
+    # writes into the outputs it made before (replay.py's pool) instead of new buffers
+    last_read = {i: k for k, (_, inputs, _) in enumerate(steps) for i in inputs}
+    self.released = [[] for _ in steps]
+    for i, k in last_read.items():
+      if i not in outputs:
+        self.released[k].append(i)
+
+  def run(self, backend, values: list[Value], input_values: list[Value]) -> None:
+    made = list(input_values)  # NB: the values of a run: the flush's inputs, then each chunk's outputs in order
+    for (compiled, inputs, avals), released in zip(self.steps, self.released):
+      outs = [Value(aval) for aval in avals]
+      execute(compiled, backend, outs, [made[i] for i in inputs])
+      made += outs
+      for i in released:
+        made[i] = None
+    for value, at in zip(values, self.outputs, strict=True):
+      value.buffers, value.node, value.host = made[at].buffers, None, None
+
+
+def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend, later=()) -> Sequence | None:
+  """Run the chunks in order, each a program of its own (its outputs: the values asked for, then those later chunks
+  read, `later`'s calls among their readers); the Sequence that runs them again, when there are no `later` calls."""
+  chunk_of = {node.serial: i for i, chunk in enumerate([*chunks, later]) for node in chunk}
+  outputs: list[list[Value]] = [[] for _ in chunks]
+  seen = {id(v) for v in values if chunk_of[v.node.serial] == len(chunks)}  # computed later
+  for v in values:
+    if id(v) not in seen:
+      seen.add(id(v))
+      outputs[chunk_of[v.node.serial]].append(v)
+  for i, chunk in enumerate([*chunks, later]):
+    for node in chunk:
+      for v in node.inputs:
+        if v.node is not None and id(v) not in seen and chunk_of[v.node.serial] != i:
+          seen.add(id(v))
+          outputs[chunk_of[v.node.serial]].append(v)
+  made = {id(v): i for i, v in enumerate(input_values)}  # id(value) -> its position in a run's values
+  steps = []
+  for k, chunk in enumerate(chunks):
+    outs, outputs[k] = outputs[k], None
+    wiring, chunk_inputs, positions = _wired(chunk, outs)
+    key = (backend, wiring, positions)
+    compiled = _programs.get(key) or _remember(key, _compile(chunk, wiring, chunk_inputs, positions, backend))
+    steps.append((compiled, tuple(made[id(v)] for v in chunk_inputs), tuple(v.aval for v in outs)))
+    execute(compiled, backend, outs, chunk_inputs)  # NB: its outputs become concrete: later chunks read them
+    made.update({id(v): len(made) + i for i, v in enumerate(outs)})
+    for node in chunk:  # NB: run: the values it read are let go once no later chunk reads them (memory stays flat)
+      node.inputs = ()
+  return None if later else Sequence(steps, tuple(made[id(v)] for v in values))
 
 
 def compiled_program(key):

@@ -78,6 +78,11 @@ class Traced:
     return len(self.jaxpr.jaxpr.eqns)
 
   @functools.cached_property
+  def cost(self) -> int:
+    """What its equations add to a flushed program's cost (pending.CHUNK_COST)."""
+    return sum(map(pending.equation_cost, self.program.eqns))
+
+  @functools.cached_property
   def uses_float64(self) -> bool:
     """Whether an equation computes in float64 (which TINYJAX_F64 may forbid on the device)."""
     return any(map(uses_float64, self.program.eqns))
