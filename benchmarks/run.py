@@ -325,6 +325,57 @@ def bench_deep_loop():
       ("tinyjax eager", "JAX eager", "<= 1.0"))
 
 
+EAGER_LOOP = """
+import sys, time
+import numpy as np
+if sys.argv[1] == "jax":
+  import jax.numpy as np_
+else:
+  import tinyjax.numpy as np_
+(np_.ones(4) * 2).block_until_ready()  # the runtime started, as any program's first line would have
+y = np_.asarray(np.linspace(0, 1, 256, dtype=np.float32))
+start = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+  y = np_.sin(y) * 0.5 + y * 0.5
+  y = y * 0.999 + 0.001
+y.block_until_ready()
+print(time.perf_counter() - start)
+"""
+
+
+def bench_eager_first_run():
+  """An eager update loop (a sine in every step) in a new process with cold caches: tinyjax with an empty tinygrad
+  cache (CACHEDB) and program cache, JAX eager in a new process (which compiles each new operation once). 250, 1,000
+  and 4,000 steps: the cost of n steps should grow linearly in n."""
+  def loop(which: str, steps: int, cache: str) -> float:
+    caches = dict(CACHEDB=os.path.join(cache, "cache.db"), TINYJAX_PROGRAM_CACHE=os.path.join(cache, "programs"),
+                  TINYJAX_BACKEND="tinygrad")
+    out = subprocess.run([sys.executable, "-c", EAGER_LOOP, which, str(steps)], env={**os.environ, **caches},
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+  for steps in (250, 1000, 4000):
+    with tempfile.TemporaryDirectory() as cache:
+      times = {"JAX eager": loop("jax", steps, cache), "tinyjax eager": loop("tinyjax", steps, cache)}
+    row(f"eager sin/affine loop of {steps:,} steps, new process, cold caches", times,
+        ("tinyjax eager", "JAX eager", "<= 2"))
+
+
+def bench_chained_sines(repeats):
+  """80 chained jnp.sin calls on 256 floats and one read, once their kernels are compiled (medians)."""
+  def chain(np_, x):
+    for _ in range(80):
+      x = np_.sin(x)
+    return x
+  data = np.linspace(0, 1, 256, dtype=np.float32)
+  j = jnp.asarray(data)
+  times = {"JAX eager": median_time(lambda: chain(jnp, j).block_until_ready(), repeats)}
+  with on_backend("tinygrad"):
+    t = tnp.asarray(data)
+    times["tinyjax eager"] = median_time(lambda: chain(tnp, t).block_until_ready(), repeats)
+  row("80 chained sines on 256 floats, compiled", times, ("tinyjax eager", "JAX eager", "<= 2"))
+
+
 def bench_while_loop(repeats):
   """A fori_loop whose bounds are known only at run time (a while loop): 1,000 iterations of a scalar body that
   reads a closed-over matrix. tinyjax reads the predicate on the host before each replayed step of SCAN_CHUNK
@@ -400,7 +451,7 @@ def bench_factorization_calls(repeats):
 
 
 FIRST_CALL = """
-import time, jax, jax.numpy as jnp, numpy as np
+import sys, time, jax, jax.numpy as jnp, numpy as np
 import tinyjax, tinyjax.numpy as tnp
 from flax import linen as nn
 class CNN(nn.Module):
@@ -411,22 +462,25 @@ class CNN(nn.Module):
     return nn.Dense(10)(nn.silu(nn.Dense(256)(x.reshape((x.shape[0], -1)))))
 params = CNN().init(jax.random.key(0), jnp.ones((1, 28, 28, 1)))
 x = tnp.asarray(np.random.default_rng(0).random((64, 28, 28, 1), np.float32))  # not a constant tinygrad could fold
+jit = jax.jit if sys.argv[1:] == ["jax"] else tinyjax.jit
+x = jnp.asarray(x) if jit is jax.jit else x
 start = time.perf_counter()
-tinyjax.jit(CNN().apply)(params, x).block_until_ready()
+jit(CNN().apply)(params, x).block_until_ready()
 print(time.perf_counter() - start)
 """
 
 
 def bench_first_call():
   """The CNN's first call in a new process, with tinyjax's lowered programs, tinygrad's binaries (CACHEDB) and auto's
-  choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again)."""
-  def first_call(caches: dict) -> float:
-    out = subprocess.run([sys.executable, "-c", FIRST_CALL], env={**os.environ, **caches}, capture_output=True,
+  choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again);
+  beside jax.jit's first call in a new process (its persistent compilation cache off, as it is by default)."""
+  def first_call(caches: dict, *args) -> float:
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL, *args], env={**os.environ, **caches}, capture_output=True,
                          text=True, check=True)
     return float(out.stdout.split()[-1])
 
   with tempfile.TemporaryDirectory() as cache:
-    times = {}
+    times = {"jax.jit cold": first_call({"JAX_COMPILATION_CACHE_DIR": ""}, "jax")}
     for backend in ("tinygrad", "auto"):
       caches = dict(CACHEDB=os.path.join(cache, f"{backend}.db"), TINYJAX_BACKEND=backend,
                     TINYJAX_PROGRAM_CACHE=os.path.join(cache, f"{backend} programs"),
@@ -435,15 +489,15 @@ def bench_first_call():
         times[f"{backend} {state}"] = first_call(caches)
       if backend == "tinygrad":
         times["tinygrad warm, binaries only"] = first_call({**caches, "TINYJAX_PROGRAM_CACHE": ""})
-  row("CNN first call in a new process, caches cold vs warm", times, ("tinygrad cold", "tinygrad warm", ">= 3"),
-      ("auto cold", "auto warm", ">= 3"))
+  row("CNN first call in a new process, caches cold vs warm", times, ("tinygrad cold", "jax.jit cold", "<= 5"),
+      ("tinygrad cold", "tinygrad warm", ">= 3"), ("auto cold", "auto warm", ">= 3"))
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
   parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
-                      "factorization_calls,first_call",
+                      "factorization_calls,eager_first_run,chained_sines,first_call",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -452,7 +506,8 @@ def main():
              "eager": lambda: bench_eager(repeats), "dispatch": lambda: bench_dispatch(repeats),
              "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
              "nested_loops": lambda: bench_nested_loops(repeats),
-             "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call}
+             "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call,
+             "eager_first_run": bench_eager_first_run, "chained_sines": lambda: bench_chained_sines(repeats)}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
     for name in args.only.split(","):

@@ -64,6 +64,7 @@ class Checking(Backend):
 
   def __init__(self, inner: Backend):
     self.inner, self.name, self.device = inner, inner.name, inner.device
+    self.cuts_long_flushes = inner.cuts_long_flushes
 
   def put(self, host):
     return self.inner.put(host)

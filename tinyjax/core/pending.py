@@ -239,7 +239,7 @@ def run(values: list[Value], backend, whole: bool = True) -> list | None:
   compiled = _programs.get(key)
   if compiled is not None:
     _programs.move_to_end(key)
-  elif len(chunks := _cut(nodes)) > 1:
+  elif backend.cuts_long_flushes and len(chunks := _cut(nodes)) > 1:
     if not whole:
       _run_chunks(chunks[:-1], values, input_values, backend, later=chunks[-1])
       return chunks[-1]

@@ -52,6 +52,10 @@ class Compiled:
 class Backend(abc.ABC):
   name: str
   device: Device
+  # Whether a flush that costs much is cut into programs of bounded cost for this backend (core.pending._cut): the
+  # time to build one program grows faster than its size. NB: not for XLA, which compiles a long program in time about
+  # proportional to it, and to which each cut adds a dispatch.
+  cuts_long_flushes = False
 
   @abc.abstractmethod
   def put(self, host: np.ndarray):

@@ -46,6 +46,7 @@ class TinygradBackend(Backend):
 
   def __init__(self, device_name: str):
     self.tg_device, self.device = device.opened(device_name)
+  cuts_long_flushes = True  # NB: tinygrad rewrites a program's fused graph in time that grows faster than its size
     # tinygrad settings its kernels are made under: EMULATED_DTYPES (from the probes), and DEV, the device of
     # tinygrad's own device-less constants (`const_like`). NB: without DEV, the first of those in a process makes
     # tinygrad choose its default device, which opens every runtime it knows (most of a warm start's time)
