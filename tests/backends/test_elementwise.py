@@ -5,6 +5,7 @@ division by zero, shifts past the width). Binary ops take every pair of edge val
 Floats avoid denormals: XLA's CPU backend flushes them to zero and tinygrad does not (see the xfail test at the end).
 """
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -119,8 +120,8 @@ def test_binary_float(prim, dtype):
 
 def test_rem_is_exact():
   """C fmod, also for quotients far beyond float32's 24 bits."""
-  x = np.array([1e30, -1e30, 3.4e38, 1e-30, 7.5, 1e10, 2 ** 60, 123456.78, -1e20], F32)
-  y = np.array([3.0, 7.1, 1.1e-37, 3e-31, 2.0, 0.3, 3.0, 1e-3, 0.77], F32)
+  x = np.array([1e30, -1e30, 3.4e38, 1e-30, 7.5, 1e10, 2 ** 60, 123456.78, -1e20, 3.4028235e38, -3.1e38], F32)
+  y = np.array([3.0, 7.1, 1.1e-37, 3e-31, 2.0, 0.3, 3.0, 1e-3, 0.77, 1.1754944e-38, 1.9e-38], F32)  # gaps to 253
   check_lax("rem", x, y, rtol=0)
 
 
@@ -295,9 +296,18 @@ def test_bfloat16_runs_natively():
 
 
 # --- processes
-def run_python(code: str, **env) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
-                        env={**os.environ, **env}, cwd=os.path.dirname(os.path.dirname(__file__)))
+def run_python(code: str, timeout=300, **env) -> subprocess.CompletedProcess:
+  # in a session of its own: a timeout also ends the compilers it started (a kernel that compiles for minutes)
+  process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+                             cwd=os.path.dirname(os.path.dirname(__file__)), start_new_session=True)
+  try:
+    out, err = process.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    raise
+  return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def test_integer_division_by_zero_does_not_kill_the_process():
@@ -343,6 +353,19 @@ def test_x64_dtypes_in_a_subprocess():
     print("x64 ok")
     """, JAX_ENABLE_X64="1")
   assert result.returncode == 0 and "x64 ok" in result.stdout, result.stdout[-1000:] + result.stderr[-3000:]
+
+
+def test_rem_by_a_constant_compiles_at_once(tmp_path):
+  """With empty caches, fftfreq's rem(arange + n // 2, n) compiles in a moment: steps that each took min(gap, 8) off
+  the last one's exponent gap kept clang's constant propagation busy for minutes (issue 40)."""
+  result = run_python("""
+    import sys
+    sys.path.insert(0, "tests")
+    from oracle import check
+    check(lambda np_: np_.fft.fftfreq(8, d=0.5) * 2)
+    print("rem ok")
+    """, timeout=120, CACHEDB=str(tmp_path / "cache.db"), TINYJAX_PROGRAM_CACHE=str(tmp_path / "programs"))
+  assert result.returncode == 0 and "rem ok" in result.stdout, result.stderr[-2000:]
 
 
 # --- known differences

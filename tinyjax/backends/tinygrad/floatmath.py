@@ -489,11 +489,12 @@ def _fmod32(x, y):
   mantissa_b = (bb & 0x7FFFFF) | exponent_b.ne(0).where(0x800000, 0).cast(u32)
   exponent_a, exponent_b = exponent_a.maximum(1), exponent_b.maximum(1)
   gap = (exponent_a - exponent_b).maximum(0)
-  remainder = mantissa_a % mantissa_b
-  for _ in range(32):  # 8 bits a step cross float32's exponent range (254) and a denormal's shift (23)
-    step = gap.minimum(8)
-    remainder = (remainder << step.cast(u32)) % mantissa_b
-    gap = gap - step
+  remainder = ((mantissa_a % mantissa_b) << (gap & 7).cast(u32)) % mantissa_b  # the gap's low 3 bits first
+  # then 8 bits a step while any are left (the gap is at most 253: exponents 1 to 254). Each step's shift comes from
+  # the gap itself: steps that each took min(gap, 8) off the last one's gap kept clang's constant propagation busy
+  # for minutes (issue 40)
+  for k in range(1, 32):
+    remainder = (remainder << (gap >> 3 >= k).where(8, 0).cast(u32)) % mantissa_b
   # r 2**(exponent_b - 150): exact (a remainder is a multiple of the smaller operand's ulp)
   result = _scale(remainder.cast(F32), exponent_b - 150)
   return undefined.where(NAN, keep_x.where(x, with_sign(result, x)))
