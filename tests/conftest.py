@@ -111,3 +111,14 @@ def x64():
   jax.config.update("jax_enable_x64", True)
   yield
   jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture
+def xla(monkeypatch):
+  """Flush on the XLA backend (the setting is read at each flush). NB: a test that takes it leaves the device legs
+  (pytest_collection_modifyitems): it computes on XLA on purpose."""
+  import tinyjax
+  tinyjax.flush()
+  monkeypatch.setenv("TINYJAX_BACKEND", "xla")
+  yield
+  tinyjax.flush()

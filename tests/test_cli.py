@@ -300,6 +300,7 @@ PROCESS_CASES = {
   "missing": ("run", "missing.py"),
   "report": ("run", "--device", "CLANG", "--report", "{dir}/computes.py"),
   "xla": ("run", "--backend", "xla", "--report", "{dir}/computes.py"),
+  "profile": ("run", "--device", "CLANG", "--profile", "profile.json.gz", "{dir}/computes.py"),
 }
 
 
@@ -364,6 +365,19 @@ def test_process_report_on_xla(processes):
   assert done["xla"].returncode == 0, done["xla"].stderr
   assert "result: [1.0, 2.683, 2.819, 1.282]" in done["xla"].stdout
   assert "tinygrad" not in done["xla"].stderr and "xla" in done["xla"].stderr.splitlines()[1]
+
+
+def test_process_profile(processes):
+  """`--profile` writes the run's trace (tests/test_profile.py reads one in detail), relative to the working
+  directory."""
+  import gzip
+  directory, done = processes
+  assert done["profile"].returncode == 0, done["profile"].stderr
+  assert "tinyjax run: profile written to profile.json.gz" in done["profile"].stderr
+  with gzip.open(directory / "profile.json.gz", "rt") as file:
+    events = json.load(file)["traceEvents"]
+  assert {e["name"] for e in events if e.get("cat") == "program"} == {"compile program", "run program"}
+  assert {e["args"]["device"] for e in events if e.get("cat") == "run"} == {"CPU"}
 
 
 def test_run_hides_tinyjax_frames_of_an_error_raised_inside_tinyjax(script):

@@ -18,6 +18,7 @@ from tinyjax.core.report import report
 from tinyjax.decorator import tiny
 from tinyjax.ir.backend import Device, DeviceNotFoundError, FallbackError, FallbackWarning, Float64Error
 from tinyjax.patching import patch
+from tinyjax.profiling import profile
 from tinyjax.standalone import ExportError, export
 from tinyjax.transfer import device_get, device_put
 from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, explain, grad, hessian, jacfwd,
@@ -26,9 +27,9 @@ from tinyjax.transforms import (checkpoint, custom_jvp, custom_vjp, eval_shape, 
 # tinyjax's own names: they differ from JAX's where they are JAX's (tests/test_identity.py says why)
 OWN = ["Array", "CheckError", "Device", "DeviceNotFoundError", "ExportError", "FallbackError", "FallbackWarning",
        "Float64Error", "config", "default_device", "devices", "device_get", "device_put", "explain", "export",
-       "flush", "report", "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian", "jacfwd",
-       "jacobian", "jacrev", "jit", "jvp", "linearize", "make_jaxpr", "patch", "remat", "tiny", "value_and_grad",
-       "vjp", "vmap"]
+       "flush", "profile", "report", "checkpoint", "custom_jvp", "custom_vjp", "eval_shape", "grad", "hessian",
+       "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize", "make_jaxpr", "patch", "remat", "tiny",
+       "value_and_grad", "vjp", "vmap"]
 __all__ = sorted(set(OWN) | {name for name in dir(_jax) if not name.startswith("_")})
 
 # every other public name of jax: its submodules as tinyjax modules, the rest JAX's own objects

@@ -10,6 +10,8 @@
   `jacobian`, `hessian`, `checkpoint`/`remat`, `jvp`, `vjp`, `linearize` called on concrete values trace the
   transformed function once and run it on the backend;
 - `jax.device_put` makes tinyjax Arrays on the device in effect;
+- `jax.profiler.trace`, `start_trace` and `stop_trace` record a tinyjax profile (tinyjax/profiling.py), written where
+  JAX writes its Perfetto trace;
 - a primitive that JAX applies by itself to concrete values (`jax._src.lax.linalg.geqrf(x)`, `prim.bind(x)`: a JAX
   function that is not a public name, called outside any transformation) runs as a tinyjax call of that primitive.
 
@@ -31,11 +33,12 @@ import sys
 import types
 
 import jax
+import jax.profiler
 import numpy as np
 from jax._src import api as jax_api
 from jax._src import dispatch as jax_dispatch
 
-from tinyjax import identity, transforms
+from tinyjax import identity, profiling, transforms
 from tinyjax.core import mirror, tracing
 from tinyjax.ir.backend import Device
 from tinyjax.ir.source import is_tinyjax_file
@@ -273,6 +276,8 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   plan.append((jax, "jit", _jit(jax.jit)))
   plan.append((jax_api, "jit", _jit(jax_api.jit, runtime_stays_jax=True)))
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
+  for attr in ("trace", "start_trace", "stop_trace"):
+    plan.append((jax.profiler, attr, _dispatching(getattr(jax.profiler, attr), getattr(profiling, attr))))
   plan.append((jax_dispatch, "xla_primitive_callable", _eager_primitives(jax_dispatch.xla_primitive_callable)))
   return plan
 

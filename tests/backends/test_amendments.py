@@ -132,6 +132,25 @@ def test_lowering_goes_through_the_program_cache():
   assert list(inspect.signature(codegen.do_compile).parameters) == ["ctx", "prg", "source"]
 
 
+def test_kernel_programs_are_named_for_a_profile():
+  """tinygrad makes each kernel's runtime program by Compiled.runtime from a TinyELF whose profile_key is the PROGRAM's
+  key, which its cache of programs is keyed by: each program knows its device, name and key (a profile reads them,
+  amendments.kernels_timed)."""
+  from tinygrad.device import Compiled, TinyELF
+  from tinygrad.engine import realize
+  assert "Device[device].runtime(ast.to_elf())" in inspect.getsource(realize.get_runtime)
+  assert "runtime_cache.get(key:=(ast.key, device))" in inspect.getsource(realize.get_runtime)
+  assert "TinyELF(self.src[3].arg, self.arg.function_name, self.arg.target, sig, self.key)" in \
+      inspect.getsource(UOp.to_elf)
+  assert list(inspect.signature(TinyELF).parameters)[1:] == ["name", "target", "signature", "profile_key"]
+  assert Compiled.runtime.__code__.co_filename == amendments.__file__
+  import tinyjax.numpy as tnp
+  np.asarray(tnp.arange(13.0) * 3)
+  assert realize.runtime_cache
+  for (key, device), program in realize.runtime_cache.items():
+    assert program.tinyjax_kernel[0] == device and program.tinyjax_kernel[2] == key
+
+
 def test_a_kernel_that_drops_one_of_its_buffers():
   """A complex cholesky's step compiles to a kernel whose parameters skip a buffer (data0..data3, data5..data7 on CL):
   tinygrad's CL runtime took its arguments by the parameters' numbers and raised IndexError at launch."""

@@ -1,11 +1,12 @@
 """The XLA backend: JAX runs the equations (jitted, so each program compiles once). It is also the fallback
 that runs, inside a tinygrad program, the segments tinygrad has no rule for."""
 import collections
+import time
 
 import jax
 import numpy as np
 
-from tinyjax.ir import keys
+from tinyjax.ir import keys, profile
 from tinyjax.ir.backend import Backend, Compiled, Device, DeviceNotFoundError, Placement
 from tinyjax.ir.program import interpret
 
@@ -52,10 +53,24 @@ class XlaBackend(Backend):
     self.device = Device("xla", f"{self._jax_device.platform}:{self._jax_device.id}")
 
   def put(self, host):
+    if profile.active is not None:
+      return self._transfer_recorded(profile.active, "put", host)
     return jax.device_put(host, self._jax_device)
 
   def get(self, buffer):
+    if profile.active is not None:
+      return self._transfer_recorded(profile.active, "get", buffer)
     return np.asarray(buffer)
+
+  def _transfer_recorded(self, recording, direction: str, value):
+    """A put or get while a profile records, on the device's row. NB: a put is waited for (JAX's is asynchronous),
+    so that its span is the copy's."""
+    start = time.perf_counter_ns()
+    moved = jax.device_put(value, self._jax_device).block_until_ready() if direction == "put" else np.asarray(value)
+    host = value if direction == "put" else moved
+    recording.on_device(f"XLA {self.device.name}", direction, "transfer", start, time.perf_counter_ns(),
+                        bytes=host.nbytes, shape=list(np.shape(host)), dtype=str(host.dtype))
+    return moved
 
   def wait(self, buffer):
     buffer.block_until_ready()
@@ -67,7 +82,16 @@ class XlaBackend(Backend):
     return None
 
   def compile(self, program):
-    n_in = len(program.in_avals)
-    fn = compile_eqns(program.eqns, range(n_in), program.in_avals, program.outputs, program.n_slots)
+    n_in, n_eqns = len(program.in_avals), len(program.eqns)
+    # NB: jax.jit compiles at the first run: XLA's compile is in that run's span
+    with profile.spanned("compile program", "program", backend=self.name, device=self.device.name, equations=n_eqns):
+      fn = compile_eqns(program.eqns, range(n_in), program.in_avals, program.outputs, program.n_slots)
     counts = collections.Counter(("xla", e.name) for e in program.eqns)
-    return Compiled.placed(lambda inputs: fn(*inputs), Placement(counts, ("xla",) if program.eqns else (), 0))
+
+    def run(inputs):
+      if profile.active is not None:
+        with profile.active.span("run program", "program", backend=self.name, device=self.device.name,
+                                 equations=n_eqns):
+          return jax.block_until_ready(fn(*inputs))  # NB: waited for, so that the span is the run's
+      return fn(*inputs)
+    return Compiled.placed(run, Placement(counts, ("xla",) if program.eqns else (), 0))

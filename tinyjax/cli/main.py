@@ -32,6 +32,7 @@ app.command(
     "tinyjax run train.py --epochs 3                  # on tinygrad's default device",
     "tinyjax run --device CLANG train.py --epochs 3   # CLANG is the CPU device",
     "tinyjax run train.py --device CL --report        # print what ran where at exit",
+    "tinyjax run --profile profile.json train.py      # a timeline to open in ui.perfetto.dev",
     "tinyjax run --fallback error model.py            # fail on the first op tinygrad cannot run",
     "tinyjax run --backend xla model.py               # everything on XLA, for comparison",
     "tinyjax run -m mypackage.train --lr 0.1",

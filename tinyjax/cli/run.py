@@ -191,6 +191,10 @@ def run(
          "Sets TINYJAX_FALLBACK.", show_default=False)] = None,
   report: Annotated[bool, typer.Option(
     "--report", help="At exit, print to stderr which primitives ran where, the segments and the bytes moved.")] = False,
+  profile: Annotated[str | None, typer.Option(
+    metavar="PATH", help="Write a profile of the run to PATH as Chrome's trace-event JSON (gzipped if it ends in "
+                         ".gz): programs, kernels and transfers on a timeline; open it in ui.perfetto.dev.",
+    show_default=False)] = None,
   beam: Annotated[int | None, typer.Option(min=0, help="tinygrad's kernel search width (BEAM).",
                                            show_default=False)] = None,
   debug: Annotated[int | None, typer.Option(min=0, help="tinygrad's debug level (DEBUG).", show_default=False)] = None,
@@ -211,6 +215,8 @@ def run(
     # NB: an option tinyjax does not know, before any script, lands here (typer passes unknown options on)
     raise refuse("run", f"no such option: {script}" if script.startswith("-")
                   else f"can't open file {script!r}: no such file")
+  if profile is not None and not os.path.isdir(os.path.dirname(os.path.abspath(profile))):
+    raise refuse("run", f"can't write the profile to {profile!r}: no such directory")
   from tinyjax.core.report import collecting
   first_path = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
   with _as_python_would([script or module, *args], first_path):
@@ -218,11 +224,14 @@ def run(
     with _Environment(_environment(device, backend, fallback, beam, debug)) as environment:
       _check_settings()
       environment.apply_to_tinygrad()
-      with collecting() as ran, _patched(patch):  # NB: `ran` is this run's, also inside a longer process
+      # NB: `ran` is this run's, also inside a longer process
+      with collecting() as ran, _patched(patch), _profiled(profile):
         code = _execute(script, module, own_file)
       sys.stdout.flush()
       if report:
         print(str(ran), file=sys.stderr)
+      if profile is not None:
+        print(f"tinyjax run: profile written to {profile} (open it in https://ui.perfetto.dev)", file=sys.stderr)
       if code == 0 and not ran.flushes and not ran.eager:  # NB: after an error, the error is the news
         print("tinyjax run: the script ran nothing through tinyjax"
               + (" (patch mode is off: --no-patch)" if not patch else
@@ -233,6 +242,23 @@ def run(
 def _patched(on: bool):
   from tinyjax.patching import patch
   return patch() if on else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _profiled(path: str | None):
+  """A profile of the run, written to `path` when the script ends, however it ends.
+
+  NB: not tinyjax.profile, which runs the pending work at the end of its block: _execute runs it when the script ends
+  well, and leaves it after an error."""
+  if path is None:
+    yield
+    return
+  from tinyjax.ir import profile
+  profile.start()
+  try:
+    yield
+  finally:
+    profile.stop().write(path)
 
 
 def _module_file(module: str) -> str:

@@ -20,6 +20,7 @@ from tinyjax import config
 from tinyjax.backends import check
 from tinyjax.backends.selection import current_choice, still_chosen
 from tinyjax.core import report
+from tinyjax.ir import profile
 from tinyjax.ir.program import Builder
 
 
@@ -184,7 +185,13 @@ def flush(extra=(), whole: bool = True) -> None:
     try:
       # NB: values whose run fails stay pending but untracked: reading one raises again, while later flushes of
       # other values do not rerun (and fail on) equations that nobody asked for
-      if (rest := run(values, backend, whole)) is not None:
+      recording = profile.active
+      if recording is None:
+        rest = run(values, backend, whole)
+      else:
+        with recording.span("flush", "flush", values=len(values)):
+          rest = run(values, backend, whole)
+      if rest is not None:
         track(a for a in arrays if a._value.node is not None)
         _queue.n_eqns = sum(node.traced.n_eqns for node in rest)
       return

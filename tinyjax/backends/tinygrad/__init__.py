@@ -8,6 +8,7 @@ segments), the rule table (table.py, filled by the rule modules), replay.py (rea
 rescue.py (XLA when tinygrad cannot compile a kernel).
 """
 import functools
+import time
 
 import numpy as np
 from tinygrad import Device, Tensor
@@ -17,16 +18,18 @@ from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the ru
   contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, rounding, shape, sorting,
   special)
 from tinyjax.backends.tinygrad import carried, complexmath, depth, device, plan  # noqa: F401 (complexmath: rules)
-from tinyjax.backends.tinygrad.amendments import amend
+from tinyjax.backends.tinygrad.amendments import amend, kernels_timed
 from tinyjax.backends.tinygrad.replay import Replayed, realized
 from tinyjax.backends.tinygrad.rescue import Rescuable
 from tinyjax.backends.tinygrad.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
+from tinyjax.ir import profile
 from tinyjax.ir.backend import Backend, Compiled, Placement
 from tinyjax.ir.program import interpret, read_outputs
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
 amend()  # before any kernel: tinygrad compiles its rules at their first use
+profile.instrument(kernels_timed)  # after amend(): a profile's timing wraps the amended functions
 
 
 # A program that runs loops of replayed steps (table.STEPPED: the factorizations) runs plainly this many times before
@@ -43,10 +46,10 @@ def _all_empty(avals) -> bool:
 
 class TinygradBackend(Backend):
   name = "tinygrad"
+  cuts_long_flushes = True  # NB: tinygrad rewrites a program's fused graph in time that grows faster than its size
 
   def __init__(self, device_name: str):
     self.tg_device, self.device = device.opened(device_name)
-  cuts_long_flushes = True  # NB: tinygrad rewrites a program's fused graph in time that grows faster than its size
     # tinygrad settings its kernels are made under: EMULATED_DTYPES (from the probes), and DEV, the device of
     # tinygrad's own device-less constants (`const_like`). NB: without DEV, the first of those in a process makes
     # tinygrad choose its default device, which opens every runtime it knows (most of a warm start's time)
@@ -62,6 +65,11 @@ class TinygradBackend(Backend):
 
     NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
     read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
+    if profile.active is not None:
+      return self._transfer_recorded(profile.active, "put", self._put, host)
+    return self._put(host)
+
+  def _put(self, host):
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
@@ -72,9 +80,28 @@ class TinygradBackend(Backend):
     return carried.PairBuffer(buffer, host.dtype) if data is not host else buffer
 
   def get(self, buffer):
+    if profile.active is not None:
+      return self._transfer_recorded(profile.active, "get", self._get, buffer)
+    return self._get(buffer)
+
+  def _get(self, buffer):
     if isinstance(buffer, carried.PairBuffer):
       return carried.from_pairs(device.copied_out(buffer.pairs), buffer.dtype)
     return buffer if isinstance(buffer, np.ndarray) else device.copied_out(buffer)
+
+  def _transfer_recorded(self, recording, direction: str, move, value):
+    """A put or get while a profile records, on the device's row (nothing moves for a host array of a dtype the
+    device lacks). NB: a copy in is waited for, so that its span is the copy's, not its enqueueing."""
+    start = time.perf_counter_ns()
+    moved = move(value)
+    host, buffer = (value, moved) if direction == "put" else (moved, value)
+    if isinstance(buffer, np.ndarray):
+      return moved
+    if direction == "put":
+      Device[self.tg_device].synchronize()
+    recording.on_device(self.tg_device, direction, "transfer", start, time.perf_counter_ns(), bytes=host.nbytes,
+                        shape=list(np.shape(host)), dtype=str(host.dtype))
+    return moved
 
   def wait(self, buffer):
     if not self.idle and not isinstance(buffer, np.ndarray):
@@ -175,7 +202,10 @@ class TinygradBackend(Backend):
   def compile(self, program) -> Compiled:
     if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
       return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
-    planned = self.plan_of(program)
-    runner = carried.at_boundary(self.runner(program), program)
-    rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
+    # NB: tinygrad compiles the kernels at the program's first run: their compiles are in that run's span
+    with profile.spanned("compile program", "program", backend=self.name, device=self.tg_device,
+                         equations=len(program.eqns)):
+      planned = self.plan_of(program)
+      runner = carried.at_boundary(self.runner(program), program)
+      rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
     return Compiled(rescuable, lambda: rescuable.placement)

@@ -3,6 +3,7 @@ IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL 
 gated loads, its compile cache shared across threads, its CL runtime's arguments and its compiles on POCL, its CPU
 device's synchronize and kernel calls, its CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its
 kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
+While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
 
@@ -51,8 +52,9 @@ import time
 
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
+from tinygrad.device import Compiled, Device
 from tinygrad.dtype import dtypes
-from tinygrad.engine import jit
+from tinygrad.engine import jit, realize
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.runtime import ops_cpu, ops_cuda
@@ -532,6 +534,119 @@ def _share_captured_buffers_on_cl_and_webgpu() -> None:
   jit.memory_plan_rewrite = _whole_buffers_shared(jit.memory_plan_rewrite)
 
 
+def _named(make_program):
+  def runtime(self, obj):
+    program = make_program(self, obj)
+    program.tinyjax_kernel = (self.device, obj.name, obj.profile_key)
+    return program
+  return runtime
+
+
+def _name_kernel_programs() -> None:
+  """Each kernel's runtime program knows its device, its name and its key in tinygrad's cache of runtime programs
+  (`program.tinyjax_kernel`), which a profile reads (`kernels_timed`).
+
+  NB: tinygrad 0.14's programs do not all keep their kernel's name (the CL runtime's does not), nor their device's in
+  one place. Every program is made by `Compiled.runtime(obj)`, once per kernel and device, from a TinyELF whose
+  profile_key is the PROGRAM's key, as `realize.get_runtime` keys its cache."""
+  Compiled.runtime = _named(Compiled.runtime)
+
+
+_ABSENT = object()
+
+
+class _KernelTiming:
+  """What `kernels_timed` replaces while a profile records, and the timed versions."""
+
+  def __init__(self, recording):
+    self.recording = recording
+    self.replaced: list[tuple[object, str, object]] = []  # (owner, name, what its own __dict__ held, or _ABSENT)
+    self.timed_classes: set[type] = set()
+    self.in_run = False  # NB: NV's and AMD's programs call their parent's __call__: one run, recorded once
+
+  def replace(self, owner, name: str, value) -> None:
+    self.replaced.append((owner, name, owner.__dict__.get(name, _ABSENT)))
+    setattr(owner, name, value)
+
+  def end(self) -> None:
+    for owner, name, value in reversed(self.replaced):
+      if value is _ABSENT:
+        delattr(owner, name)  # the class inherits its parent's again
+      else:
+        setattr(owner, name, value)
+
+  def time_runs_of(self, cls: type) -> None:
+    if cls not in self.timed_classes:
+      self.timed_classes.add(cls)
+      self.replace(cls, "__call__", self.timed_run(cls.__call__))
+
+  def timed_run(self, call):
+    def run(program, *bufs, wait=False, **launch):
+      kernel = getattr(program, "tinyjax_kernel", None)
+      # NB: a program outside tinygrad's cache of runtime programs is a search's candidate (BEAM, the local size),
+      # which tinygrad makes with cache=False: it runs as part of a compile, not as a kernel run
+      if self.in_run or kernel is None or realize.runtime_cache.get((kernel[2], kernel[0])) is not program:
+        return call(program, *bufs, wait=wait, **launch)
+      self.in_run = True
+      try:
+        start = time.perf_counter_ns()
+        measured = call(program, *bufs, wait=True, **launch)
+        if measured is None:
+          Device[kernel[0]].synchronize()
+          end, timed_by = time.perf_counter_ns(), "host"
+        else:
+          end, timed_by = start + round(measured * 1e9), "device"
+      finally:
+        self.in_run = False
+      self.recording.on_device(kernel[0], kernel[1], "run", start, end, kernel=kernel[1], timed_by=timed_by)
+      return measured
+    return run
+
+  def timed_load(self, make_program):
+    def runtime(device, obj):
+      start = time.perf_counter_ns()
+      program = make_program(device, obj)
+      self.recording.on_device(device.device, f"load {obj.name}", "load", start, time.perf_counter_ns(),
+                               kernel=obj.name)
+      self.time_runs_of(type(program))
+      return program
+    return runtime
+
+  def timed_lowering(self, lower):
+    def lowered(ast, renderer):
+      start = time.perf_counter_ns()
+      program = lower(ast, renderer)
+      name = program.arg.function_name
+      self.recording.on_device(renderer.target.device, f"compile {name}", "compile", start, time.perf_counter_ns(),
+                               kernel=name)
+      return program
+    return lowered
+
+
+def kernels_timed(recording):
+  """While the profile `recording` (tinyjax.ir.profile) is on, on the device's row: each kernel's compile (lowering,
+  rendering and compiling it, a BEAM search included), its load by the device's runtime, and each of its runs (also
+  those of tinyjax's launcher, replay.py), waited for; returns the function that ends it.
+
+  NB: a run is timed by the device where its runtime measures it (OpenCL's and WebGPU's timestamps, the CPU device's
+  own clock around its synchronous call), otherwise from its launch to the end of a synchronize of the device.
+
+  NB: tinygrad 0.14's own profiling (PROFILE) records a run as a point in time without its duration, but on the HCQ
+  devices and Metal, and never sees the kernels tinyjax's launcher replays. Every kernel is lowered by
+  `codegen.do_to_program` (the CPU device imported it by name), loaded by `Compiled.runtime` and run by a call of its
+  runtime program. Those are replaced here, not functions tinygrad's pattern matchers call (`get_runtime` in
+  `exec_kernel`): a matcher keeps the globals its functions named when it first ran. A kernel lowered or loaded before
+  the recording started (tinygrad keeps both for the process) has no compile or load event.
+  """
+  timing = _KernelTiming(recording)
+  timing.replace(codegen, "do_to_program", timing.timed_lowering(codegen.do_to_program))
+  timing.replace(ops_cpu, "do_to_program", timing.timed_lowering(ops_cpu.do_to_program))
+  timing.replace(Compiled, "runtime", timing.timed_load(Compiled.runtime))
+  for program in list(realize.runtime_cache.values()):
+    timing.time_runs_of(type(program))
+  return timing.end
+
+
 def kernel_context(**settings):
   """The tinygrad settings every kernel tinyjax compiles is made under (a flush, an export), with `settings` (a
   device's EMULATED_DTYPES).
@@ -566,5 +681,6 @@ def amend() -> None:
     _call_cpu_programs_with_typed_arguments()
     _launch_captured_cuda_kernels_one_by_one()
     _share_captured_buffers_on_cl_and_webgpu()
+    _name_kernel_programs()
     kernel_opts.amend_hand_coded_optimizations()
     _amended = True

@@ -14,7 +14,7 @@ from tinyjax.backends.tinygrad import carried
 from tinyjax.backends.tinygrad.replay import distinct_buffers
 from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES,
                                              holds_stepped_loops, takes_complex, uses_host_sync)
-from tinyjax.ir import keys
+from tinyjax.ir import keys, profile
 from tinyjax.ir.program import program_of, subprogram
 
 
@@ -140,8 +140,15 @@ def _replayed_step(backend, segment, in_avals):
 
 def _fallback_step(backend, segment, in_avals, n_slots):
   fn = xla.compile_eqns(segment.eqns, segment.inputs, in_avals, segment.outputs, n_slots)
+  primitives = ", ".join(sorted({e.name for e in segment.eqns}))  # what a profile says the segment ran
 
   def step(env):
+    if profile.active is not None:
+      with profile.active.span("XLA segment", "segment", equations=len(segment.eqns), primitives=primitives):
+        return run(env)
+    return run(env)
+
+  def run(env):
     import jax
     results = fn(*[jax.device_put(backend.get(carried.wrapped(env[s], a))) for s, a in zip(segment.inputs, in_avals)])
     for slot, value in zip(segment.outputs, results):

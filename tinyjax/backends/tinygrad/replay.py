@@ -15,6 +15,7 @@ from tinygrad.tensor import all_tensors
 from tinygrad.uop.ops import Ops, UOp, buffers
 
 from tinyjax.backends.tinygrad import amendments
+from tinyjax.ir import profile
 
 # A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most
 # _POOLED_BYTES: the outputs of small programs, whose replay costs more in tinygrad's objects than in its kernels.
@@ -324,8 +325,10 @@ def launches(linear) -> list[Launch] | None:
 
 def launch(kernels: list[Launch], buffers: list) -> None:
   """Launch the kernels in order on the parameter `buffers` (tinygrad Buffers, allocated)."""
+  # NB: while a profile records, every kernel is called through its runtime program, which the profile times
+  direct_calls = profile.active is None
   for k in kernels:
-    if k.direct is not None:
+    if k.direct is not None and direct_calls:
       addresses = list(k.addresses)
       for position, a in k.parameters:
         addresses[position] = buffers[a].get_buf(k.device).va_addr

@@ -14,6 +14,7 @@ from tinyjax.backends import xla
 from tinyjax.backends.tinygrad.amendments import kernel_context
 from tinyjax.backends.tinygrad.plan import Segment, crossing_bytes
 from tinyjax.backends.tinygrad.replay import Replayed
+from tinyjax.ir import profile
 from tinyjax.ir.backend import FallbackError, FallbackWarning, Placement
 
 
@@ -39,8 +40,11 @@ class Rescuable:
   def __init__(self, backend, runner, program, placement: Placement):
     self.backend, self.runner, self.program, self.placement = backend, runner, program, placement
     self.on_xla = None  # the program compiled by XLA, once rescued
+    self.in_recorded_run = False  # this run is being recorded in a profile (`_recorded_run`)
 
   def __call__(self, inputs):
+    if profile.active is not None and not self.in_recorded_run:
+      return self._recorded_run(profile.active, inputs)
     runner = self.runner
     if self.on_xla is None and isinstance(runner, Replayed) and runner.kernels is not None:
       # NB: a replay by the launcher makes no kernel: no kernel context (entering tinygrad's parses its DEV setting).
@@ -61,6 +65,18 @@ class Rescuable:
         raise
       self._rescue(error)
       return self._run_on_xla(inputs)
+
+  def _recorded_run(self, recording, inputs):
+    """A run while a profile records: this same run (its kernels waited for and timed), as a span of the calling
+    thread. NB: the run's code stays in __call__, which this calls again: a run pays one check of `profile.active`
+    when no profile records."""
+    self.in_recorded_run = True
+    try:
+      with recording.span("run program", "program", backend=self.backend.name, device=self.backend.tg_device,
+                          equations=len(self.program.eqns), on_xla=self.on_xla is not None):
+        return self(inputs)
+    finally:
+      self.in_recorded_run = False
 
   def _rescue(self, error):
     program = self.program
