@@ -247,9 +247,11 @@ def run(values: list[Value], backend, whole: bool = True) -> list | None:
   if compiled is not None:
     _programs.move_to_end(key)
   elif backend.cuts_long_flushes and len(chunks := _cut(nodes)) > 1:
+    del nodes  # NB: the chunks alone hold the calls: each is let go once run (_run_chunks), and what it read with it
     if not whole:
-      _run_chunks(chunks[:-1], values, input_values, backend, later=chunks[-1])
-      return chunks[-1]
+      later = chunks.pop()
+      _run_chunks(chunks, values, input_values, backend, later)
+      return later
     _remember(key, _run_chunks(chunks, values, input_values, backend))
     return None
   else:
@@ -383,8 +385,7 @@ def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend,
     steps.append((compiled, tuple(made[id(v)] for v in chunk_inputs), tuple(v.aval for v in outs)))
     execute(compiled, backend, outs, chunk_inputs)  # NB: its outputs become concrete: later chunks read them
     made.update({id(v): len(made) + i for i, v in enumerate(outs)})
-    for node in chunk:  # NB: run: the values it read are let go once no later chunk reads them (memory stays flat)
-      node.inputs = ()
+    chunks[k] = chunk = None  # NB: run: its calls, and the values they read, are let go (memory stays flat)
   return None if later else Sequence(steps, tuple(made[id(v)] for v in values))
 
 
