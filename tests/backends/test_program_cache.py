@@ -26,6 +26,7 @@ from tinygrad.uop.ops import UOp
 from tinyjax import config
 from tinyjax.backends import selection
 from tinyjax.backends.tinygrad import program_cache
+from oracle import check
 
 ROOT = pathlib.Path(__file__).parent.parent.parent
 
@@ -113,6 +114,37 @@ def test_a_hit_is_the_program_tinygrad_lowers(kernel, cache):
   ast, renderer, program = kernel
   assert cache(ast, renderer) is program and cache(ast, renderer) is program
   assert program_cache.COUNTS == {"misses": 1, "written": 1, "hits": 1}
+
+
+def searched(ast: UOp, width: int) -> UOp:
+  """`ast` as a lowering with a kernel search of `width` asks for it (tinygrad's BEAM puts it in the AST)."""
+  return ast.replace(arg=dataclasses.replace(ast.arg, beam=width))
+
+
+def test_a_tuned_program_serves_later_lowerings(kernel, cache):
+  """A kernel lowered with a search (BEAM) is kept under the key of its lowering without one: the later lowerings
+  without a search take it, and so does one searched no wider; an entry searched less is searched again."""
+  ast, renderer, untuned = kernel
+  assert cache(ast, renderer) is untuned
+  tuned = cache(searched(ast, 1), renderer)  # the entry was searched less (not at all): searched now, and kept
+  path, key = entry_of(kernel)
+  assert json.loads(path.read_bytes().partition(b"\n")[0])["searched"] == 1
+  program_cache.COUNTS.clear()
+  assert cache(ast, renderer) is tuned and cache(searched(ast, 1), renderer) is tuned
+  assert program_cache.COUNTS == {"hits": 2}
+
+
+def test_a_tuned_program_computes_what_jax_does(cache, tmp_path):
+  """A program whose kernels tinygrad searched (BEAM=1), then the same program lowered anew without a search (another
+  function: another trace): JAX's results both times, the second from the tuned entries alone."""
+  x = np.random.default_rng(1).random((7, 9), np.float32)
+  with Context(BEAM=1):
+    check(lambda np_, x: (np_.tanh(x @ x.T) * 3).sum(1), x)
+  # NB: the search's candidates are lowered too (on CL and WEBGPU through this cache, without a search of their own)
+  assert any(json.loads(path.read_bytes().partition(b"\n")[0])["searched"] == 1 for path in entries(tmp_path))
+  program_cache.COUNTS.clear()
+  check(lambda np_, x: (np_.tanh(x @ x.T) * 3).sum(1), x)
+  assert set(program_cache.COUNTS) == {"hits"}
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="tinygrad's x86 renderer")

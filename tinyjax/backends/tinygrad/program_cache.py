@@ -9,12 +9,21 @@ function (TINYJAX_PROGRAM_CACHE; amendments.py installs it), one file per kernel
   renderer's class and target (device, renderer, architecture), and the tinygrad settings that change what lowering
   makes (KEYED);
 - the file is a header line, then the PROGRAM pickled. The header names this format, tinygrad's version, a digest of
-  tinyjax's own amendments to lowering, the whole key, and a sha256 of the pickle. An entry whose header is not the
+  tinyjax's own amendments to lowering, the whole key, the width of the kernel search that chose its optimizations
+  (tinygrad's BEAM; 0: its hand-coded heuristic) and a sha256 of the pickle. An entry whose header is not the
   one expected (another version, a truncated or altered file, a hash collision) is never unpickled: it is a miss, and
   the freshly lowered program replaces it;
 - the pickle is read by an unpickler that knows only the classes a lowered program is made of (UOps and their
   arguments): whatever the file holds, it calls nothing but their constructors. What it reads must be a PROGRAM of the
   shape stored.
+
+Kernels tuned once and kept: a program lowered with a kernel search (`BEAM=2`, `tinyjax run --beam 2 script.py`) is
+kept under the key of the same kernel lowered without one, so every later process, test and export that lowers the
+kernel, with no search, takes the searched program. A lowering with a search takes an entry only when it was searched
+at least as wide; otherwise it searches and replaces the entry. NB: tinygrad keys the programs it keeps in memory by
+the AST with the search's width in it (`KernelInfo.beam`), and its own disk cache of searches (CACHEDB) is read only
+by a lowering with the same width: without this, a search served only processes run with the same BEAM. A search changes how a kernel computes (the order of a
+reduction's terms, what is unrolled), never what: results move within the device's rounding.
 
 NB: the entry holds the program without its BINARY where the renderer's compiler made that from the source: the hit
 compiles the source again through `compile_cached`, which tinygrad's CACHEDB answers (CACHELEVEL is honoured). An
@@ -48,7 +57,7 @@ from tinygrad.uop.ops import AxisType, KernelInfo, ParamArg, ProgramInfo, UOp
 
 from tinyjax import config
 
-FORMAT = 1  # this module's entry format: a change makes every entry stale
+FORMAT = 2  # this module's entry format: a change makes every entry stale
 
 # The tinygrad settings (ContextVars, and variables read by `getenv`) that tinygrad's lowering reads and that change the
 # program it makes: each is in the key. tinygrad's own key (codegen.to_program_config) misses TUPLE_ORDER, which
@@ -130,7 +139,15 @@ def setting(name: str):
   return ContextVar._cache[name].value if name in ContextVar._cache else os.environ.get(name)
 
 
+def search_width(ast: UOp) -> int:
+  """The width of the kernel search a lowering of `ast` asks for (tinygrad's BEAM, in the AST), 0 for none."""
+  return ast.arg.beam if isinstance(ast.arg, KernelInfo) else 0
+
+
 def entry_key(ast: UOp, renderer) -> str:
+  """The key of `ast`'s entry: the same whatever the width of the search its lowering asks for."""
+  if search_width(ast):
+    ast = ast.replace(arg=dataclasses.replace(ast.arg, beam=0))
   # NB: UOp.key hashes each node's op, dtype and arg, not its tag; the root's tag decides whether tinygrad optimizes
   return repr((ast.key.hex(), ast.tag, f"{type(renderer).__module__}.{type(renderer).__qualname__}",
                dataclasses.astuple(renderer.target), tuple(setting(name) for name in KEYED)))
@@ -140,9 +157,9 @@ def entry_path(folder: str, key: str) -> str:
   return os.path.join(folder, hashlib.sha256(key.encode()).hexdigest() + ".program")
 
 
-def header(key: str, payload: bytes) -> bytes:
+def header(key: str, payload: bytes, searched: int = 0) -> bytes:
   return json.dumps({"format": FORMAT, "tinygrad": tinygrad_version(), "tinyjax": _amendments_digest(), "key": key,
-                     "sha256": hashlib.sha256(payload).hexdigest()}).encode() + b"\n"
+                     "searched": searched, "sha256": hashlib.sha256(payload).hexdigest()}).encode() + b"\n"
 
 
 def _stored_shape(program: UOp) -> bool:
@@ -162,8 +179,9 @@ def _unpickled(payload: bytes) -> UOp | None:
   return program if _stored_shape(program) else None
 
 
-def read_entry(path: str, key: str) -> UOp | None:
-  """The program stored at `path` for `key`, or None where there is none that can be trusted."""
+def read_entry(path: str, key: str, searched: int = 0) -> UOp | None:
+  """The program stored at `path` for `key`, lowered with a search at least `searched` wide, or None where there is
+  none that can be trusted (or it was searched less: a miss)."""
   try:
     with open(path, "rb") as entry:
       data = entry.read()
@@ -171,12 +189,20 @@ def read_entry(path: str, key: str) -> UOp | None:
     COUNTS["misses"] += 1
     return None
   line, _, payload = data.partition(b"\n")
-  program = _unpickled(payload) if line + b"\n" == header(key, payload) else None
+  try:
+    stored = json.loads(line).get("searched")
+  except (ValueError, AttributeError):  # not JSON, or not an object
+    stored = None
+  trusted = isinstance(stored, int) and line + b"\n" == header(key, payload, stored)
+  program = _unpickled(payload) if trusted else None
+  if program is not None and stored < searched:
+    COUNTS["misses"] += 1
+    return None
   COUNTS["hits" if program is not None else "rejected"] += 1
   return program
 
 
-def write_entry(path: str, key: str, program: UOp, renderer) -> None:
+def write_entry(path: str, key: str, program: UOp, renderer, searched: int = 0) -> None:
   """Store `program` (lowered for `key`) at `path`, if it reads back as itself; a failure to write is not an error."""
   kept = program if isinstance(renderer, ISARenderer) else program.replace(src=program.src[:3])
   try:
@@ -192,7 +218,7 @@ def write_entry(path: str, key: str, program: UOp, renderer) -> None:
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     try:
       with os.fdopen(handle, "wb") as entry:
-        entry.write(header(key, payload) + payload)
+        entry.write(header(key, payload, searched) + payload)
       os.replace(temporary, path)
     except OSError:
       os.unlink(temporary)
@@ -213,10 +239,10 @@ def cached(lower):
     # NB: VIZ shows the rewrites of each lowering, which a hit would skip
     if (folder := directory()) is None or VIZ:
       return lower(ast, renderer)
-    key = entry_key(ast, renderer)
-    if (program := read_entry(path := entry_path(folder, key), key)) is not None:
+    key, searched = entry_key(ast, renderer), search_width(ast)
+    if (program := read_entry(path := entry_path(folder, key), key, searched)) is not None:
       return _compiled(program, renderer)
     program = lower(ast, renderer)
-    write_entry(path, key, program, renderer)
+    write_entry(path, key, program, renderer, searched)
     return program
   return lower_cached
