@@ -34,6 +34,18 @@ def native():
       tinyjax.config.update("fallback", previous)
 
 
+@contextlib.contextmanager
+def on_tinygrad():
+  """native(), and at the end a check that the equations run inside (flushed at its end) ran on tinygrad: some did,
+  none on XLA, whether by fallback or by the backend's choice (TINYJAX_BACKEND=xla or auto)."""
+  from tinyjax.core import report
+  with report.collecting() as ran, native():
+    yield
+    tinyjax.flush()
+  native_runs, runs = ran.native_share
+  assert runs and native_runs == runs, f"not everything ran on tinygrad:\n{ran}"
+
+
 def assert_like_jax(actual, expected, rtol=None, atol=None):
   """`actual` (tinyjax results) matches `expected` (JAX results) leaf by leaf."""
   a_leaves, a_tree = jax.tree_util.tree_flatten(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array))
@@ -80,16 +92,22 @@ def _assert_specials(a64, e64):
 
 def runs_on_xla_by_design(jax_fn, *args) -> bool:
   """Whether JAX's program for jax_fn(*args) has an equation tinygrad has no rule for by design: a primitive listed in
-  tinyjax.backends.tinygrad.not_native, or one on complex numbers that has no complex rule yet."""
+  tinyjax.backends.tinygrad.not_native, or one on complex numbers that has no complex rule yet. A call primitive
+  (jit, closed_call, custom_jvp_call, ...) is looked through: tinyjax inlines its body (tinyjax.ir.program), so only
+  the body's equations need rules, whatever the dtypes of the call's own values."""
   from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
   from tinyjax.backends.tinygrad.table import takes_complex
+  from tinyjax.ir.program import CALL_PARAMS
 
   def by_design(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
+      if any(map(by_design, jax.extend.core.jaxprs_in_params(eqn.params))):
+        return True
+      if eqn.primitive.name in CALL_PARAMS:
+        continue
       dtypes = [v.aval.dtype for v in eqn.invars + eqn.outvars if hasattr(v.aval, "dtype")]
       complex_ = any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes)
-      if (eqn.primitive.name in NOT_YET_NATIVE or complex_ and not takes_complex(eqn.primitive.name)
-              or any(map(by_design, jax.extend.core.jaxprs_in_params(eqn.params)))):
+      if eqn.primitive.name in NOT_YET_NATIVE or complex_ and not takes_complex(eqn.primitive.name):
         return True
     return False
   try:

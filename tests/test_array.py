@@ -19,16 +19,7 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
-from oracle import assert_like_jax
-
-
-@pytest.fixture
-def xla(monkeypatch):
-  """Flush on the XLA backend (the setting is read at each flush)."""
-  tinyjax.flush()
-  monkeypatch.setenv("TINYJAX_BACKEND", "xla")
-  yield
-  tinyjax.flush()
+from oracle import assert_like_jax, on_tinygrad
 
 
 def _expected(fn):
@@ -175,8 +166,9 @@ def test_matmul(xla, shapes):
 def test_operators_on_tinygrad():
   """A few operators with the default backend: the results come back from tinygrad buffers."""
   x, y = _operands(np.float32)
-  same(lambda m: {"add": m.asarray(x) + y, "rsub": 2.0 - m.asarray(x), "lt": m.asarray(x) < 3,
-                  "neg": -m.asarray(x), "matmul": m.asarray(x) @ y})
+  with on_tinygrad():
+    same(lambda m: {"add": m.asarray(x) + y, "rsub": 2.0 - m.asarray(x), "lt": m.asarray(x) < 3,
+                    "neg": -m.asarray(x), "matmul": m.asarray(x) @ y})
 
 
 def test_contains(xla):
@@ -226,7 +218,8 @@ def test_getitem_with_array_indices(xla):
 
 
 def test_getitem_on_tinygrad():
-  same(lambda m: {"slices": m.asarray(_X)[1:3, ::-2, None, 2], "gather": m.asarray(_X)[np.array([2, 0]), :, -1]})
+  with on_tinygrad():
+    same(lambda m: {"slices": m.asarray(_X)[1:3, ::-2, None, 2], "gather": m.asarray(_X)[np.array([2, 0]), :, -1]})
 
 
 def test_setitem_raises_like_jax():
@@ -270,8 +263,9 @@ def test_at(xla, case):
 
 
 def test_at_on_tinygrad():
-  same(lambda m: {"set": m.asarray(_V).at[2:4].set(1.0), "fill": m.asarray(_V).at[np.array([12, 2])].get(
-    mode="fill", fill_value=-1.0), "add": m.asarray(_V).at[np.array([0, 0, 11])].add(2.0)})
+  with on_tinygrad():
+    same(lambda m: {"set": m.asarray(_V).at[2:4].set(1.0), "fill": m.asarray(_V).at[np.array([12, 2])].get(
+      mode="fill", fill_value=-1.0), "add": m.asarray(_V).at[np.array([0, 0, 11])].add(2.0)})
 
 
 # --- methods and properties
@@ -314,8 +308,9 @@ def test_methods(xla, method):
 
 
 def test_methods_on_tinygrad():
-  same(lambda m: {"sum": m.asarray(_M).sum(axis=1), "reshape": m.asarray(_M).reshape(4, 6),
-                  "T": m.asarray(_M).transpose(2, 0, 1), "astype": m.asarray(_M).astype(m.int32)})
+  with on_tinygrad():
+    same(lambda m: {"sum": m.asarray(_M).sum(axis=1), "reshape": m.asarray(_M).reshape(4, 6),
+                    "T": m.asarray(_M).transpose(2, 0, 1), "astype": m.asarray(_M).astype(m.int32)})
 
 
 @pytest.mark.parametrize("value", [np.float32(1.5), np.int32(-7), np.bool_(True), 2.5, 3], ids=repr)

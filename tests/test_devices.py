@@ -12,11 +12,13 @@ import optax
 import pytest
 
 import tinyjax
+import tinyjax.lax
 import tinyjax.numpy as tnp
 import tinyjax.random
 import xfail
 from oracle import assert_like_jax, check, check_traced, native
 from tinyjax.backends import selection
+from tinyjax.core import report
 
 # NB: a device missing here fails its cases, not skips them: the README's test command installs CL (POCL) and WEBGPU
 # (Dawn on lavapipe)
@@ -220,8 +222,16 @@ def test_a_jax_array_moves_to_the_device(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fallback_results_move_to_the_device(device, on_device):
+  """A primitive without a tinygrad rule (not_native.py: tridiagonal_solve) runs on XLA; what follows it runs on the
+  device, from XLA's result moved there."""
   x = _RNG.normal(size=(8,)).astype(np.float32)
-  actual = check(lambda m, v: m.abs(m.fft.rfft(v)) * 2 + v[:5], x, native_only=False, rtol=1e-5)
+
+  def solved(m, v):
+    lax = tinyjax.lax if m is tnp else jax.lax
+    return lax.linalg.tridiagonal_solve(v * 0.5, v * 0 + 4, v * 0.5, v[:, None])[:, 0] * 2 + v
+  with report.collecting() as ran:
+    actual = check(solved, x, native_only=False, rtol=1e-5)
+  assert ran.fallback_primitives == {"tridiagonal_solve": 1} and ran.primitives["tinygrad", "add"], str(ran)
   _assert_on(device, actual)
 
 

@@ -96,7 +96,8 @@ def _draws(kind: str, name: str):
 
 
 def _same_but_denormals(actual, expected) -> bool:
-  """Whether float results are the same once denormals (in either) read as zero of their sign.
+  """Whether float results (tree, shape, dtype and weak type as JAX's) hold a denormal and are the same once
+  denormals (in either) read as zero of their sign.
 
   NB: known differences (tests/xfail.py "denormals"): XLA's CPU backend flushes float32 and bfloat16 denormal results
   of arithmetic to zero, tinygrad keeps them; where tinygrad emulates bfloat16 (the CPU), it flushes them, where
@@ -104,21 +105,26 @@ def _same_but_denormals(actual, expected) -> bool:
   entries), where XLA keeps float16's."""
   flushed = {np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)} | ({np.dtype(np.float16)}
                                                                     if device_under_test() == "CL" else set())
-  pairs = list(zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)))
-  for a, e in pairs:
+  a_leaves, a_tree = jax.tree_util.tree_flatten(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array))
+  e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
+  if a_tree != e_tree:
+    return False
+  denormals = False
+  for a, e in zip(a_leaves, e_leaves):
+    if not (isinstance(a, tinyjax.Array) and isinstance(e, jax.Array)) or a.weak_type != e.aval.weak_type:
+      return False
     a, e = np.asarray(a), np.asarray(e)
     if a.dtype not in flushed or a.shape != e.shape or a.dtype != e.dtype:
       return False
-    normal = float(ml_dtypes.finfo(a.dtype).smallest_normal)
-
-    def flush(x):
-      x = x.astype(np.float32)
-      return np.where(np.abs(x) < normal, np.copysign(np.zeros_like(x), x), x)
+    rtol, normal = RTOL[a.dtype], float(ml_dtypes.finfo(a.dtype).smallest_normal)
+    a, e = a.astype(np.float32), e.astype(np.float32)
+    a_denormal, e_denormal = (a != 0) & (np.abs(a) < normal), (e != 0) & (np.abs(e) < normal)
+    denormals = denormals or bool(np.any(a_denormal | e_denormal))
     try:
-      assert_values(flush(a), flush(e), RTOL[a.dtype])
+      assert_values(np.where(a_denormal, np.copysign(0.0, a), a), np.where(e_denormal, np.copysign(0.0, e), e), rtol)
     except AssertionError:
       return False
-  return bool(pairs)
+  return denormals
 
 
 def _bool_scaled(name: str, args) -> bool:
