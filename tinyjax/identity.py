@@ -74,7 +74,9 @@ Array.__array_namespace__ = _array_namespace  # set here: tinyjax.numpy is above
 # (numpy.linalg, scipy.stats.norm, nn.initializers) follow their parent.
 COMPUTING = ("numpy", "lax", "random", "nn", "scipy", "image", "ops")
 
-# Functions of the computing modules that take or make no arrays (or read only shapes and dtypes): JAX's own.
+# Functions of the computing modules that take or make no arrays (or read only shapes and dtypes): JAX's own objects,
+# untraced (files are read and written, options set, at the call). A function left out whose result holds no array
+# still answers with JAX's value (core/tracing.py: `lax.broadcast_shapes`, `lax.dtype`).
 PASSTHROUGH = {
   "numpy": frozenset({
     "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "isdtype", "can_cast", "iscomplexobj",

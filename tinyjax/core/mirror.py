@@ -1,8 +1,9 @@
 """Mirror modules: `tinyjax.numpy`, `tinyjax.lax`, ... are generated from JAX's modules, name by name, on first use.
 
 A module does `__getattr__, __dir__ = mirror(globals(), jax.numpy, passthrough=...)`. A function is wrapped so that
-it runs through `tracing.call`; ufuncs and index tricks (`r_`, `mgrid`) keep their methods; everything else
-(dtypes, `iinfo`, constants, helpers that return no array) is JAX's own object. Which JAX modules are mirrored and
+it runs through `tracing.call` (where a helper that returns no array, `lax.broadcast_shapes`, still answers with
+JAX's value); ufuncs and index tricks (`r_`, `mgrid`) keep their methods; everything else (dtypes, `iinfo`,
+constants, the helpers tinyjax.identity.PASSTHROUGH names) is JAX's own object. Which JAX modules are mirrored and
 which are JAX's own is decided in tinyjax.identity.
 """
 import functools

@@ -7,6 +7,8 @@
   arguments) and its equations appended to the pending buffer;
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
   when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
+- a call whose result holds no array (`lax.broadcast_shapes`, `lax.conv_dimension_numbers`, `lax.dtype`) returns
+  JAX's value, not Arrays made of it;
 - functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays, and so do
   calls that draw random bits with jax_threefry_partitionable off, calls that factorize 16-bit floats, which JAX
   refuses (see Traced.runs_on_jax), and every call while jax_debug_nans or jax_debug_infs is on.
@@ -51,6 +53,8 @@ _RANDOM_BY_SCHEME = frozenset({"random_bits", "random_split"})
 _FACTORIZATIONS = frozenset({"cholesky", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product", "lu",
                              "qr", "schur", "svd", "tridiagonal", "tridiagonal_solve"})
 _HALF_FLOATS = frozenset({np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)})
+# what a traced function's result holds as an array (the rest of it, Python numbers, dtypes, strings, is static)
+_ARRAY_RESULTS = (jax.core.Tracer, jax.Array, np.ndarray)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -62,6 +66,10 @@ class Traced:
   # jax_threefry_partitionable off, which a flush (later, on other rules) would not honour, or it factorizes a
   # 16-bit float matrix, which JAX refuses (its error, raised at the call)
   runs_on_jax: bool = False
+  # what the function returned when no part of it is an array (`lax.broadcast_shapes`, `lax.conv_dimension_numbers`,
+  # `lax.dtype`: helpers that compute on shapes, dtypes and static values): (its tree, its leaves), which every call
+  # with this trace's key returns as JAX does, not as Arrays (the jaxpr then has no outputs)
+  static_result: tuple | None = None
 
   @functools.cached_property
   def program(self):
@@ -237,14 +245,26 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
       full[i] = x
     full = [x.value if isinstance(x, Scalar) else x for x in full]
     args, kwargs = jax.tree_util.tree_unflatten(treedef, full)
-    return fn(*args, **kwargs)
+    out = fn(*args, **kwargs)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    # a result of no leaves (None: a function run for its effect, as a jitted one) is appended as any call is
+    if not out_leaves or any(isinstance(x, _ARRAY_RESULTS) for x in out_leaves):
+      return out
+    # a value that holds no array depends on the static arguments and the inputs' avals only, all in the key: it is
+    # JAX's answer to every call with this key (make_jaxpr would make its numbers Arrays and refuse a dtype)
+    static_result.append((out_tree, tuple(out_leaves)))
+    return ()
 
+  static_result = []
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
   closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
-                  runs_on_jax=_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable))
+                  # an effect with no array result (a print) happens at the call, as JAX's own call makes it happen
+                  runs_on_jax=(_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable)
+                               or bool(static_result and closed.effects)),
+                  static_result=static_result[0] if static_result else None)
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
       global _trace_generation
@@ -517,6 +537,11 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
       raise
     traced = None
   # outside the except block, so that a later error is not chained to it
+  if traced is not None and traced.static_result is not None and not traced.runs_on_jax:
+    if scalars_dynamic:  # JAX answers on the Python scalars themselves (`lax.dtype(1.0)`), not on weak-typed avals
+      _static_scalar_calls.add(signature)
+      return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
+    return jax.tree_util.tree_unflatten(*traced.static_result)  # its containers made anew: the caller may change them
   if traced is None or traced.runs_on_jax or jax_checks_values():
     if scalars_dynamic and traced is None:
       _static_scalar_calls.add(signature)
