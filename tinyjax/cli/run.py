@@ -195,8 +195,8 @@ def run(
     metavar="PATH", help="Write a profile of the run to PATH as Chrome's trace-event JSON (gzipped if it ends in "
                          ".gz): programs, kernels and transfers on a timeline; open it in ui.perfetto.dev.",
     show_default=False)] = None,
-  beam: Annotated[int | None, typer.Option(min=0, help="tinygrad's kernel search width (BEAM).",
-                                           show_default=False)] = None,
+  beam: Annotated[int | None, typer.Option(min=0, help="tinygrad's kernel search width (BEAM); the kernels it "
+                                           "tunes are kept for later runs without it.", show_default=False)] = None,
   debug: Annotated[int | None, typer.Option(min=0, help="tinygrad's debug level (DEBUG).", show_default=False)] = None,
   patch: Annotated[bool, typer.Option(
     "--patch/--no-patch", help="Run JAX's own functions (jax.numpy, jax.jit, jax.random, ...) on tinyjax, so that "
