@@ -129,6 +129,10 @@ class MirrorFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def find_spec(self, fullname, path=None, target=None):
     if not fullname.startswith("tinyjax."):
       return None
+    # NB: a name tinyjax defines itself (tinyjax.export, a function) is no module: importing one (`import
+    # tinyjax.export`) would put the module made of JAX's in its place
+    if fullname.split(".")[1] in getattr(sys.modules.get("tinyjax"), "OWN", ()):
+      return None
     try:
       found = importlib.util.find_spec("jax." + fullname.removeprefix("tinyjax."))
     except ImportError:
