@@ -19,7 +19,8 @@ def data(shape, dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="sort", dtype=d, id=d.__name__)
-                                   for d in (np.float32, np.float16, np.int32, np.uint8, np.bool_)])
+                                   for d in (np.float32, np.float16, jax.numpy.bfloat16, np.int32, np.uint8,
+                                             np.bool_)])
 def test_sort(dtype):
   check_lax("sort", data((3, 12), dtype))
 

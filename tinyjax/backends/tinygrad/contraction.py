@@ -141,7 +141,7 @@ def dtype_limit(dtype, largest: bool):
   dtype = np.dtype(dtype)
   if dtype == np.bool_:
     return bool(largest)
-  if dtype.kind == "f":
+  if fb.is_float(dtype):
     return math.inf if largest else -math.inf
   info = np.iinfo(dtype)
   return int(info.max if largest else info.min)
@@ -163,7 +163,7 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   windows = _windows(x, dtype_limit(dtype, not largest), window)
   if dtype == np.bool_:
     return windows.any(axes) if largest else windows.all(axes)
-  if dtype.kind == "f":
+  if fb.is_float(dtype):
     return fb.max_or_min(windows, axes, largest)
   return windows.max(axes) if largest else windows.min(axes)
 

@@ -4,6 +4,8 @@ values as integer keys (for min, max, sorting and comparisons).
 Everything here moves or compares bits, so it is exact on every renderer; `# NB:` marks where tinygrad's folding of
 constants or WGSL's packing of narrow integers forces a form.
 """
+import jax
+import numpy as np
 from tinygrad import dtypes
 
 F32, F64 = dtypes.float32, dtypes.float64
@@ -12,6 +14,12 @@ SINT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 def width(x) -> int:
   return x.dtype.itemsize * 8
+
+
+def is_float(dtype) -> bool:
+  """Whether a NumPy (or JAX) dtype is a real floating-point type. NB: not `dtype.kind == "f"`: bfloat16's kind is
+  "V" (a NumPy extension type), which left its -0.0, NaN and limits to the integer paths."""
+  return jax.dtypes.issubdtype(dtype, np.floating)
 
 
 def bits(x):

@@ -30,14 +30,14 @@ def to_bits(x, dtype):
   dtype = np.dtype(dtype)
   if dtype == np.bool_:
     return x.cast(dtypes.uint8)
-  return x.bitcast(fb.SINT[dtype.itemsize]) if dtype.kind == "f" else x
+  return x.bitcast(fb.SINT[dtype.itemsize]) if fb.is_float(dtype) else x
 
 
 def from_bits(bits, dtype):
   dtype = np.dtype(dtype)
   if dtype == np.bool_:
     return bits != 0
-  if dtype.kind == "f":
+  if fb.is_float(dtype):
     return bits.cast(fb.SINT[dtype.itemsize]).bitcast(tg_dtype(dtype))
   return bits.cast(tg_dtype(dtype))
 
@@ -109,7 +109,7 @@ def _fill_value(dtype, fill_value):
   if fill_value is not None:
     return np.asarray(fill_value).item()
   dtype = np.dtype(dtype)
-  return math.nan if dtype.kind == "f" else dtype_limit(dtype, largest=dtype.kind in "ub")
+  return math.nan if fb.is_float(dtype) else dtype_limit(dtype, largest=dtype.kind in "ub")
 
 
 @register("gather")
@@ -166,7 +166,7 @@ def _combine_replace(body=None, apply_once=False):
 
 def _combine_sum(ctx, base, hits, updates, axis):
   dtype = np.dtype(ctx.out_aval.dtype)
-  if dtype.kind != "f":
+  if not fb.is_float(dtype):
     # NB: XLA's integer sums wrap; C's signed overflow is undefined, so add as unsigned and cast back
     wide = dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32
     return (base.cast(wide) + hits.where(updates.cast(wide), 0).sum(axis, dtype=wide)).cast(base.dtype)
@@ -182,7 +182,7 @@ def _combine_sum(ctx, base, hits, updates, axis):
 def _combine_product(ctx, base, hits, updates, axis):
   dtype = np.dtype(ctx.out_aval.dtype)
   # NB: integer products wrap as unsigned ones do (signed overflow is undefined in C); small floats use float32
-  if dtype.kind != "f":
+  if not fb.is_float(dtype):
     acc = dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32
   else:
     acc = dtypes.float32 if dtype.itemsize < 4 else base.dtype
@@ -208,7 +208,7 @@ def _combine_max_or_min(largest: bool):
     def key(x):
       return fb.order_key(x, nan_largest=largest)
     keyed = key(updates)
-    chosen = hits.where(keyed, _limit(keyed, not largest, dtype.kind == "f"))
+    chosen = hits.where(keyed, _limit(keyed, not largest, fb.is_float(dtype)))
     if largest:
       return fb.from_order_key(key(base).maximum(chosen.max(axis)), tg_dtype(dtype))
     return fb.from_order_key(key(base).minimum(chosen.min(axis)), tg_dtype(dtype))

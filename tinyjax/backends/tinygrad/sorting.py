@@ -16,7 +16,7 @@ from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 def _sort_key(x, dtype):
   """JAX's sort comparator: floats with -0.0 as 0.0 and every NaN as +NaN, then the total order (NaN last)."""
-  if np.dtype(dtype).kind != "f":
+  if not fb.is_float(dtype):
     return fb.order_key(x)
   nan = fb.isnan(x)  # NB: by bits, and no NaN constant: WGSL's NaN literal has the sign bit set (it sorted first)
   key = fb.order_key((x.eq(0) & ~nan).where(0.0, x))
