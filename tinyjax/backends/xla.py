@@ -68,8 +68,7 @@ class XlaBackend(Backend):
     start = time.perf_counter_ns()
     moved = jax.device_put(value, self._jax_device).block_until_ready() if direction == "put" else np.asarray(value)
     host = value if direction == "put" else moved
-    recording.on_device(f"XLA {self.device.name}", direction, "transfer", start, time.perf_counter_ns(),
-                        bytes=host.nbytes, shape=list(np.shape(host)), dtype=str(host.dtype))
+    recording.transfer(f"XLA {self.device.name}", direction, start, np.asarray(host))
     return moved
 
   def wait(self, buffer):

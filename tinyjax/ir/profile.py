@@ -40,6 +40,11 @@ class Recording:
     """An event on a device's row (`device` as the trace names it: "CPU", "CL", "XLA cpu:0")."""
     self.add((_DEVICE, device), name, category, start, end, device=device, **args)
 
+  def transfer(self, device: str, direction: str, start: int, host) -> None:
+    """A put or get of the host array `host` on a device's row, from `start` until now."""
+    self.on_device(device, direction, "transfer", start, time.perf_counter_ns(), bytes=host.nbytes,
+                   shape=list(host.shape), dtype=str(host.dtype))
+
   @contextlib.contextmanager
   def span(self, name: str, category: str, **args):
     """The time the block takes, on the calling thread's row (also when it raises)."""

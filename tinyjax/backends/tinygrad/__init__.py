@@ -99,8 +99,7 @@ class TinygradBackend(Backend):
       return moved
     if direction == "put":
       Device[self.tg_device].synchronize()
-    recording.on_device(self.tg_device, direction, "transfer", start, time.perf_counter_ns(), bytes=host.nbytes,
-                        shape=list(np.shape(host)), dtype=str(host.dtype))
+    recording.transfer(self.tg_device, direction, start, np.asarray(host))
     return moved
 
   def wait(self, buffer):
