@@ -78,8 +78,10 @@ def test_help_has_examples(command):
   assert "Examples" in result.output and f"tinyjax {command}" in result.output
 
 
-def test_shell_completion_script():
-  result = invoke("--show-completion", "bash")
+def test_shell_completion_script(monkeypatch):
+  # NB: typer finds the user's shell among the process's ancestors (shellingham), and a test run may have none
+  monkeypatch.setattr("shellingham.detect_shell", lambda: ("bash", "/bin/bash"))
+  result = invoke("--show-completion")
   assert result.exit_code == 0 and "_TINYJAX_COMPLETE" in result.output, (result.output, repr(result.exception))
 
 
