@@ -2,9 +2,13 @@ import os
 import tempfile
 import zlib
 
+import jax
 import pytest
 
 from xfail import XFAIL_ON_DEVICE
+
+# JAX's CPU devices as its own multi-device tests ask for them (jtu.request_cpu_devices(8)): tests/test_spmd.py
+jax.config.update("jax_num_cpu_devices", 8)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The oracle's XLA programs compile once for the whole suite: the CPU run's two workers, the device legs (the same

@@ -9,6 +9,7 @@ from tinyjax import coverage
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, RULES
 from tinyjax.ir.program import CALL_PARAMS
+from tinyjax.ir.spmd import COLLECTIVES
 
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "primitives.md"
 
@@ -16,7 +17,7 @@ DOCS = pathlib.Path(__file__).parent.parent / "docs" / "primitives.md"
 @pytest.mark.parametrize("name", sorted(coverage.jax_primitive_names()))
 def test_primitive_in_exactly_one_place(name):
   places = [table for table, keys in (("rules", RULES.keys() | COMPLEX_RULES.keys()), ("inlined", CALL_PARAMS),
-                                      ("not native", NOT_YET_NATIVE)) if name in keys]
+                                      ("in shard_map", COLLECTIVES), ("not native", NOT_YET_NATIVE)) if name in keys]
   assert len(places) == 1, f"{name} is in {places or 'no table'}"
 
 

@@ -11,12 +11,14 @@ from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 from tinyjax.backends.tinygrad.plan import missing_rule
 from tinyjax.backends.tinygrad.table import RULES, takes_complex
 from tinyjax.ir.program import CALL_PARAMS
+from tinyjax.ir.spmd import COLLECTIVES
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
   primitive: str
-  status: str  # "native", "inlined" (call primitives: their bodies are run), "fallback" (runs on XLA)
+  status: str  # "native", "inlined" (call primitives: their bodies are run), "in shard_map" (collectives: operations
+  # over the shards side by side), "fallback" (runs on XLA)
   note: str
   complex: bool = False  # whether complex operands run natively too
 
@@ -34,6 +36,8 @@ def rows() -> list[Row]:
       table.append(Row(name, "native", "", takes_complex(name)))
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))
+    elif name in COLLECTIVES:
+      table.append(Row(name, "in shard_map", "inside shard_map and pmap, an operation over the shards side by side"))
     else:
       table.append(Row(name, "fallback", NOT_YET_NATIVE.get(name, "no rule and no reason given")))
   return table
@@ -41,10 +45,11 @@ def rows() -> list[Row]:
 
 def markdown() -> str:
   table = rows()
-  counts = {s: sum(r.status == s for r in table) for s in ("native", "inlined", "fallback")}
+  counts = {s: sum(r.status == s for r in table) for s in ("native", "inlined", "in shard_map", "fallback")}
   lines = ["# Primitive coverage of the tinygrad backend", "",
            "Generated from the rule tables by `tinyjax coverage --markdown`; do not edit by hand.", "",
-           f"{counts['native']} native, {counts['inlined']} inlined, {counts['fallback']} run on XLA "
+           f"{counts['native']} native, {counts['inlined']} inlined, {counts['in shard_map']} collectives run inside "
+           f"shard_map and pmap (tinyjax/ir/spmd.py), {counts['fallback']} run on XLA "
            f"(of {len(table)} primitives).", "",
            "The complex column: whether complex operands run natively too (as (real, imaginary) pairs).", "",
            "| primitive | tinygrad | complex | note |", "|---|---|---|---|"]

@@ -138,13 +138,12 @@ class _Jitted:
 
 
 # NB: JAX's runtime builds on jit where it is defined (`jax._src.api.jit`): an eager primitive is a jitted call of
-# that one primitive (dispatch.xla_primitive_callable), a transfer between shardings a jitted identity, pmap and
-# shard_map jitted calls over a mesh of devices. Those stay JAX's (tinyjax's own fallback to XLA goes through the
-# first); every other caller of that name (a library, JAX's test utilities) gets the patched jit, as callers of
-# `jax.jit` do.
+# that one primitive (dispatch.xla_primitive_callable), a transfer between shardings a jitted identity. Those stay
+# JAX's (tinyjax's own fallback to XLA goes through the first); every other caller of that name (pmap and eager
+# shard_map, whose jitted shard_map tinyjax runs over the shards side by side: tinyjax/ir/spmd.py; a library; JAX's
+# test utilities) gets the patched jit, as callers of `jax.jit` do.
 _JAX_RUNTIME = frozenset(importlib.util.find_spec(name).origin
-                         for name in ("jax._src.dispatch", "jax._src.pjit", "jax._src.hijax", "jax._src.pmap",
-                                      "jax._src.shard_map"))
+                         for name in ("jax._src.dispatch", "jax._src.pjit", "jax._src.hijax"))
 
 
 def _jit(original, runtime_stays_jax: bool = False):
@@ -188,7 +187,7 @@ def _eager_primitives(original):
   """JAX's `dispatch.xla_primitive_callable`, through which JAX's runtime applies a primitive to concrete values
   (`dispatch.apply_primitive`, every primitive's default impl): while patched, the primitive runs on tinyjax when a
   user's code applied it outside any transformation. NB: what tinyjax applies itself (its fallback, its
-  conversions) stays JAX's; so do pmap's and shard_map's runtimes, which do not come this way."""
+  conversions) stays JAX's."""
   @functools.wraps(original)  # NB: with the original's cache_info and cache_clear, which JAX's test utilities read
   def primitive_callable(prim, **params):
     on_jax = original(prim, **params)  # JAX's cache of primitive callables counts this call as before

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
-from tinyjax.ir import keys
+from tinyjax.ir import keys, spmd
 
 # The call primitives inlined by `flatten`, and the parameter that holds the called jaxpr.
 CALL_PARAMS = {"jit": "jaxpr", "closed_call": "call_jaxpr", "call": "call_jaxpr",
@@ -91,6 +91,9 @@ class Builder:
 def called_jaxpr(eqn) -> tuple | None:
   """(jaxpr, consts) that a call primitive's equation (jit, closed_call, custom_jvp_call, ...) runs in place; None for
   any other equation."""
+  if eqn.primitive.name == "shard_map":  # and pmap, a jit of one: the shards side by side (spmd.py)
+    closed = spmd.stacked(tuple(sorted(eqn.params.items())), called_jaxpr)
+    return None if closed is None else (closed.jaxpr, closed.consts)
   if eqn.primitive.name not in CALL_PARAMS:
     return None
   callee = eqn.params[CALL_PARAMS[eqn.primitive.name]]

@@ -82,7 +82,8 @@ def at_boundary(runner, program):
 
 # --- layout primitives and the primitives that act on each part alike: their real rule on the carried data, with
 # the trailing dimension added to the params that name every dimension (those that name some need no change)
-layout("squeeze", "rev", "concatenate", "split", "stack", "unstack", "copy", "copy_p", "dynamic_update_slice",
+layout("squeeze", "rev", "concatenate", "split", "stack", "unstack", "copy", "copy_p", "sharding_constraint", "reshard",
+       "dynamic_update_slice",
        "add", "add_any", "sub", "neg", "reduce_sum", "cumsum")(lambda in_avals, out_avals, **params: params)
 
 

@@ -3,13 +3,12 @@
 The coverage test checks that every primitive of jax.extend.core.primitives is in exactly one of: the rule table,
 the call primitives the program builder inlines, or this table.
 """
-_COLLECTIVE = "a collective across devices: tinyjax runs programs on one device"
 _EFFECT = "an effect or state primitive (tokens, refs): not an array computation"
 
 NOT_YET_NATIVE: dict[str, str] = {
-  # multi-device
-  "all_gather": _COLLECTIVE, "all_to_all": _COLLECTIVE, "axis_index": _COLLECTIVE, "pmax": _COLLECTIVE,
-  "pmin": _COLLECTIVE, "ppermute": _COLLECTIVE, "psum": _COLLECTIVE, "ragged_all_to_all": _COLLECTIVE,
+  # multi-device (the other collectives run inside shard_map and pmap: tinyjax/ir/spmd.py)
+  "ragged_all_to_all": "a collective whose chunks' offsets and sizes are values of the program: not stacked over "
+                       "the shards yet (tinyjax/ir/spmd.py), so its shard_map runs on XLA",
   # decompositions
   "eig": "LAPACK's geev: complex eigenvalues and eigenvectors, from Francis "
          "double-shift QR iterations on the Hessenberg form, whose count and deflations depend on the data",
@@ -25,7 +24,6 @@ NOT_YET_NATIVE: dict[str, str] = {
            "(data-dependent); the qr primitive's pivoting, which jnp.linalg and jax.scipy.linalg.qr use, is native",
   # effects and state
   "after_all": _EFFECT, "create_token": _EFFECT, "get": _EFFECT, "swap": _EFFECT, "name": _EFFECT,
-  "sharding_constraint": _COLLECTIVE,
   # random numbers other than threefry's bits
   "rng_bit_generator": "XLA's RngBitGenerator (keys of the rbg implementations): bits of XLA's own algorithm",
   "rng_uniform": "XLA's stateful generator: its values are unspecified, there is nothing to reproduce",

@@ -1,0 +1,82 @@
+"""pmap and shard_map under patch mode against JAX on a mesh of its CPU devices (conftest asks JAX for 8): the body runs
+on tinygrad over the shards side by side (tinyjax/ir/spmd.py), every equation native, with JAX's shapes, dtypes,
+weak types and values, edge values included."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import AxisType, PartitionSpec as P
+
+import tinyjax
+from oracle import assert_like_jax, on_tinygrad
+
+
+def _mesh(shape, names):
+  return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
+
+
+LINE = _mesh((4,), ("i",))
+GRID = _mesh((2, 4), ("x", "y"))
+EDGES = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -3.5, 3e38], np.float32)
+X = np.arange(32, dtype=np.float32).reshape(8, 4) - 9.5
+WIDE = np.arange(128, dtype=np.float32).reshape(16, 8) / 7
+INTS = (np.arange(32, dtype=np.int32).reshape(8, 4) - 5) * 2**27  # sums that wrap around
+
+
+def smap(body, mesh, in_specs, out_specs, **options):
+  return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **options)
+
+
+def ring(n, shift=1):
+  return [(j, (j + shift) % n) for j in range(n)]
+
+
+# each case makes its function and arguments
+CASES = {
+  "pmap psum of sin": lambda: (jax.pmap(lambda v: lax.psum(jnp.sin(v) * 2, "i"), axis_name="i"), X[:4]),
+  "pmap pmean, axis_index": lambda: (jax.pmap(lambda v: lax.pmean(v, "i") + lax.axis_index("i"), axis_name="i"), X[:4]),
+  "pmap ppermute ring": lambda: (jax.pmap(lambda v: lax.ppermute(v, "i", ring(4)), axis_name="i"), X[:4]),
+  "pmap all_gather": lambda: (jax.pmap(lambda v: lax.all_gather(v, "i"), axis_name="i"), X[:4]),
+  "pmap of a closed-over constant": lambda: (jax.pmap(lambda v: v * jnp.linspace(-1.5, 2.5, 4), axis_name="i"), X[:4]),
+  "pmap of edge values": lambda: (jax.pmap(lambda v: (lax.psum(v, "i"), lax.pmax(v, "i"), lax.pmin(v, "i")), axis_name="i"),
+                          EDGES.reshape(4, 2)),
+  "psum wraps int32": lambda: (smap(lambda v: lax.psum(v, "i"), LINE, P("i"), P()), INTS),
+  "psum": lambda: (smap(lambda v: lax.psum(v, "i"), LINE, P("i"), P()), X),
+  "pmax": lambda: (smap(lambda v: lax.pmax(v, "i"), LINE, P("i"), P()), X),
+  "psum over a local axis too": lambda: (smap(lambda v: lax.psum(v, ("i", 0)), LINE, P("i"), P(), check_vma=False), X),
+  "split along the second dimension": lambda: (smap(lambda v: lax.psum(v, "i"), LINE, P(None, "i"), P(None)), X),
+  "replicated input": lambda: (smap(lambda v: v * (lax.axis_index("i") + 1), LINE, P(), P("i")), X),
+  "all_gather": lambda: (smap(lambda v: lax.all_gather(v, "i"), LINE, P("i"), P("i")), X),
+  "all_gather tiled on axis 1": lambda: (smap(lambda v: lax.all_gather(v, "i", axis=1, tiled=True), LINE, P("i"), P("i")), X),
+  "ppermute partial": lambda: (smap(lambda v: lax.ppermute(v, "i", [(0, 1), (1, 2), (2, 3)]), LINE, P("i"), P("i")), X),
+  "psum_scatter tiled": lambda: (smap(lambda v: lax.psum_scatter(v, "i", tiled=True), LINE, P(None), P("i")), X),
+  "psum_scatter": lambda: (smap(lambda v: lax.psum_scatter(v[:4], "i"), LINE, P("i"), P("i")), WIDE),
+  "all_to_all": lambda: (smap(lambda v: lax.all_to_all(v, "i", 0, 1, tiled=True), LINE, P("i"), P("i")), WIDE),
+  "all_to_all on one axis": lambda: (smap(lambda v: lax.all_to_all(v, "i", 1, 1, tiled=True), LINE, P("i"), P("i")), WIDE),
+  "grid: psum over x": lambda: (smap(lambda v: lax.psum(v, "x"), GRID, P("x", "y"), P(None, "y")), X),
+  "grid: psum over both": lambda: (smap(lambda v: lax.psum(v, ("x", "y")), GRID, P("x", "y"), P()), X),
+  "grid: both axes on one dimension": lambda: (smap(lambda v: v * 2 + lax.axis_index("y"), GRID, P(("x", "y")),
+                                            P(("x", "y"))), X),
+  "grid: all_gather over y": lambda: (smap(lambda v: lax.all_gather(v, "y", tiled=True), GRID, P("y", "x"), P(None, "x"),
+                                   check_vma=False), X),
+  "grid: ppermute over y": lambda: (smap(lambda v: lax.ppermute(v, "y", ring(4)), GRID, P("x", "y"), P("x", "y")), X),
+  "jit of shard_map": lambda: (jax.jit(smap(lambda v: lax.psum(jnp.exp(v / 10), "i"), LINE, P("i"), P())), X),
+  "jit inside the body": lambda: (smap(jax.jit(lambda v: lax.pmean(v, "i")), LINE, P("i"), P()), X),
+  "scan inside the body": lambda: (smap(lambda v: lax.scan(lambda c, r: (c + r, c), jnp.zeros(4), v)[0], LINE, P("i"), P("i"),
+                                check_vma=False), X),
+  "grad through shard_map": lambda: (jax.grad(lambda w: smap(lambda v: lax.pmean(jnp.sum(jnp.exp(v * w)), "i"), LINE,
+                                                     P("i"), P())(jnp.asarray(X))), np.float32(0.03)),
+  "vmap of shard_map": lambda: (jax.vmap(smap(lambda v: lax.psum(v, "i"), LINE, P("i"), P())), WIDE.reshape(2, 8, 8)),
+  "shard_map of vmap": lambda: (smap(jax.vmap(lambda r: lax.psum(r, "i")), LINE, P(None, "i"), P(None)), X),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_like_jax_on_tinygrad(name):
+  fn, *args = CASES[name]()  # NB: made again under patch mode, where JAX's jit and pmap make tinyjax's
+  expected = fn(*args)
+  with tinyjax.patch(), on_tinygrad():
+    fn, *args = CASES[name]()
+    actual = fn(*args)
+  assert_like_jax(actual, expected)
