@@ -1,10 +1,14 @@
 """pmap and shard_map under patch mode against JAX on a mesh of its CPU devices (conftest asks JAX for 8): the body runs
 on tinygrad over the shards side by side (tinyjax/ir/spmd.py), every equation native, with JAX's shapes, dtypes,
 weak types and values, edge values included."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
+from flax import linen as nn
 from jax import lax
 from jax.sharding import AxisType, PartitionSpec as P
 
@@ -80,3 +84,85 @@ def test_like_jax_on_tinygrad(name):
     fn, *args = CASES[name]()
     actual = fn(*args)
   assert_like_jax(actual, expected)
+
+
+# --- Arrays placed on a mesh of explicit axes: their types hold the sharding, as JAX's do
+
+EXPLICIT = jax.make_mesh((4,), ("d",))
+
+
+def _placed_programs():
+  """What a user does with arrays placed on a mesh, each step's results and types."""
+  x = jax.device_put(X, jax.NamedSharding(EXPLICIT, P("d")))
+  total = smap(lambda v: lax.psum(v * 2, "d"), EXPLICIT, P("d"), P())
+  jitted = jax.jit(lambda a: jnp.tanh(a) * 2 + 1)(x)
+  with jax.set_mesh(EXPLICIT):
+    y = jax.device_put(X, P(None, "d"))
+    reduced = jnp.sum(y * y, axis=0)
+  return {"placed": x, "jit of shard_map": jax.jit(total)(x), "shard_map": total(x), "jit": jitted,
+          "eager": x * 3 - 1, "placed under set_mesh": y, "eager under set_mesh": reduced}
+
+
+def test_arrays_placed_on_a_mesh_like_jax():
+  expected = _placed_programs()
+  with tinyjax.patch(), on_tinygrad():
+    actual = _placed_programs()
+  assert_like_jax(actual, expected)
+  for name, value in expected.items():
+    assert jax.typeof(actual[name]) == jax.typeof(value), name
+    # NB: P() and P(None, None) are one sharding (JAX's eager shard_map names its out_specs; its type the latter)
+    assert actual[name].sharding.is_equivalent_to(value.sharding, value.ndim), name
+
+
+# --- data-parallel training: the batch split over the mesh, the parameters replicated
+
+def _train(parallel: str, steps=3):
+  """Losses of a flax MLP trained with optax's adam, data-parallel: `jit` over a batch placed with
+  NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean."""
+  class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return nn.Dense(1)(nn.relu(nn.Dense(16)(x)))
+
+  model, opt = MLP(), optax.adam(1e-2)
+  xs = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+  ys = np.sin(xs).sum(1, keepdims=True)
+
+  def loss_and_grads(params, x, y):
+    return jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
+
+  params = model.init(jax.random.key(0), xs[:1])
+  state = opt.init(params)
+  losses = []
+  if parallel == "jit":
+    mesh = jax.make_mesh((4,), ("data",))
+    batch = jax.NamedSharding(mesh, P("data", None))
+    params, state = jax.device_put((params, state), jax.NamedSharding(mesh, P()))
+
+    @jax.jit
+    def step(params, state, x, y):
+      loss, grads = loss_and_grads(params, x, y)
+      updates, state = opt.update(grads, state, params)
+      return optax.apply_updates(params, updates), state, loss
+    for _ in range(steps):
+      params, state, loss = step(params, state, jax.device_put(xs, batch), jax.device_put(ys, batch))
+      losses.append(loss)
+  else:
+    @functools.partial(jax.pmap, axis_name="data")
+    def step(params, state, x, y):
+      loss, grads = lax.pmean(loss_and_grads(params, x, y), "data")
+      updates, state = opt.update(grads, state, params)
+      return optax.apply_updates(params, updates), state, loss
+    params, state = jax.tree.map(lambda leaf: jnp.stack([leaf] * 4), (params, state))
+    for _ in range(steps):
+      params, state, loss = step(params, state, xs.reshape(4, 16, 8), ys.reshape(4, 16, 1))
+      losses.append(loss)
+  return losses
+
+
+@pytest.mark.parametrize("parallel", ["jit", "pmap"])
+def test_data_parallel_training_like_jax(parallel):
+  expected = _train(parallel)
+  with tinyjax.patch(), on_tinygrad():
+    actual = _train(parallel)
+  assert_like_jax(actual, expected, rtol=1e-5)

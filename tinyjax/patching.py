@@ -223,8 +223,13 @@ def _transform(original):
 
 def _device_put(x, device=None, **options):
   """jax.device_put while patched: a tinyjax Array on `device` if it is a tinyjax Device, else on the device in
-  effect. NB: JAX's devices and shardings name places tinyjax does not compute; `src`, `donate`, `may_alias` have
-  no meaning for immutable tinyjax values."""
+  effect; with a NamedSharding (or a PartitionSpec under jax.set_mesh), an Array of that sharding. NB: JAX's devices
+  and shardings name places tinyjax does not compute; `src`, `donate`, `may_alias` have no meaning for immutable
+  tinyjax values."""
+  if isinstance(device, jax.sharding.PartitionSpec):  # under jax.set_mesh: on that mesh
+    device = jax.sharding.NamedSharding(jax.sharding.get_mesh(), device)
+  if isinstance(device, jax.sharding.NamedSharding):
+    return tinyjax_device_put(x, sharding=device)
   return tinyjax_device_put(x, device if isinstance(device, Device) else None)
 
 

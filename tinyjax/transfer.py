@@ -3,7 +3,7 @@ import jax
 import numpy as np
 
 from tinyjax.backends.selection import backend_for, current_backend
-from tinyjax.core.array import Array
+from tinyjax.core.array import Array, ShardedArray
 from tinyjax.core.pending import Value
 from tinyjax.core.tracing import host_aval, inside_transformation
 from tinyjax.ir.backend import Device
@@ -13,8 +13,9 @@ def _is_array_like(x) -> bool:
   return isinstance(x, (Array, np.ndarray, np.generic, jax.Array, int, float, complex, bool))
 
 
-def device_put(x, device=None):
-  """Put `x` (a pytree of arrays) on `device` (a tinyjax Device or a device string; the default device if None).
+def device_put(x, device=None, sharding=None):
+  """Put `x` (a pytree of arrays) on `device` (a tinyjax Device or a device string; the default device if None);
+  with a NamedSharding, Arrays of that sharding (their types name its explicit axes, as JAX's do).
 
   NB: computations still run on the backend in effect when they flush; the data is moved there if needed. Inside a
   JAX transformation it is JAX's device_put (an identity there), with no device: tinyjax's are not JAX's.
@@ -36,7 +37,11 @@ def device_put(x, device=None):
       aval = host_aval(host)
       weak = type(leaf) in (int, float, complex)
       value = Value(aval.update(weak_type=weak), host=host.astype(aval.dtype))
-    return Array(value.placed_on(backend))
+    if sharding is None:
+      return Array(value.placed_on(backend))
+    typed = jax.typeof(jax.ShapeDtypeStruct(value.aval.shape, value.aval.dtype, weak_type=value.aval.weak_type,
+                                            sharding=sharding))
+    return ShardedArray(value.placed_on(backend, typed), sharding)
   return jax.tree_util.tree_map(put, x, is_leaf=_is_array_like)
 
 

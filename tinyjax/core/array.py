@@ -100,7 +100,8 @@ class Array(jax.Array):
       return keys.wrap(host, self.aval)
     if self.weak_type and self.ndim == 0:
       return jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
-    return jax.device_put(host)
+    sharding = self.sharding
+    return jax.device_put(host, sharding if isinstance(sharding, jax.sharding.NamedSharding) else None)
 
   # --- what is known without running anything
   @property
@@ -123,7 +124,8 @@ class Array(jax.Array):
 
   @property
   def sharding(self):
-    return jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # NB: tinyjax has no sharding
+    # NB: computed on one device: the sharding its type names (a result of values placed on a mesh), else one device
+    return _named_sharding(self.aval) or jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
 
   # --- reading the data
   def block_until_ready(self):
@@ -359,7 +361,31 @@ class CommittedArray(Array):
   _committed = committed
 
 
-CommittedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
+class ShardedArray(Array):
+  """An Array placed with a NamedSharding (`jax.device_put(x, NamedSharding(mesh, P("d")))`, under patch mode too): its
+  type holds the sharding's explicit axes as JAX's does, which shard_map and jit read. NB: computed by tinyjax on one
+  device, as any other; it names the sharding as its own, and so do the results whose types name its mesh."""
+  __slots__ = ("_sharding",)
+
+  def __init__(self, value, sharding):
+    super().__init__(value)
+    self._sharding = sharding
+    _MESHES[sharding.mesh.abstract_mesh] = sharding.mesh
+
+  sharding = property(lambda self: self._sharding)
+
+
+_MESHES: dict = {}  # AbstractMesh -> Mesh: the meshes Arrays were placed on, whose devices the results' types name
+
+
+def _named_sharding(aval):
+  """The NamedSharding an aval's type names, on the devices of the mesh of that name, or None."""
+  typed = getattr(aval, "sharding", None)
+  mesh = None if typed is None or typed.mesh.empty else _MESHES.get(typed.mesh)
+  return None if mesh is None else jax.sharding.NamedSharding(mesh, typed.spec)
+
+
+CommittedArray.__name__ = ShardedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
 tracing.set_array_types(Array, CommittedArray)
 
 

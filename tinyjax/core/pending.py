@@ -44,9 +44,10 @@ class Value:
         buffer = self.buffers[backend] = backend.put(host)
     return buffer
 
-  def placed_on(self, backend) -> "Value":
-    """A concrete copy of this value whose one buffer is on `backend`."""
-    placed = Value(self.aval, host=self.to_host())
+  def placed_on(self, backend, aval=None) -> "Value":
+    """A concrete copy of this value whose one buffer is on `backend` (of type `aval`: the same data, placed on a
+    mesh)."""
+    placed = Value(aval or self.aval, host=self.to_host())
     placed.buffers = {backend: placed.buffer_on(backend)}
     return placed
 

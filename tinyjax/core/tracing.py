@@ -138,8 +138,8 @@ def _is_leaf(x) -> bool:
 
 
 def host_aval(x):
-  if keys.is_key(x.dtype):
-    return jax.typeof(x)
+  if keys.is_key(x.dtype) or isinstance(x, jax.Array) and _typed_sharding(jax.typeof(x)) is not None:
+    return jax.typeof(x)  # keys' types; a JAX array's placement on a mesh, which its type holds
   dtype = jax.dtypes.canonicalize_dtype(x.dtype)
   return jax.core.ShapedArray(np.shape(x), dtype)
 
@@ -233,6 +233,12 @@ def trace_key(fn, treedef, leaves, scalars_dynamic: bool):
   return key, dynamic, avals, statics
 
 
+def _typed_sharding(aval):
+  """The sharding an aval's type holds (a value placed on a mesh of explicit axes), or None."""
+  sharding = getattr(aval, "sharding", None)
+  return None if sharding is None or sharding.mesh.empty else sharding
+
+
 def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   """The Traced call and the positions of its dynamic leaves."""
   key, dynamic, avals, statics = trace_key(fn, treedef, leaves, scalars_dynamic)
@@ -256,7 +262,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     return ()
 
   static_result = []
-  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=_typed_sharding(a)) for a in avals]
   closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
