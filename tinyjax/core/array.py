@@ -287,6 +287,9 @@ class Array(jax.Array):
   def on_device_size_in_bytes(self) -> int:
     return self.nbytes
 
+  # NB: JAX's shards of the same data (its array, made once): where each block of a placed Array would live
+  addressable_shards = property(lambda self: self._as_jax().addressable_shards)
+  global_shards = addressable_shards
   is_fully_addressable = property(lambda self: True)
   is_fully_replicated = property(lambda self: True)
   committed = property(lambda self: False)  # NB: a computation runs on the device in effect at its flush
@@ -373,6 +376,12 @@ class ShardedArray(Array):
     _MESHES[sharding.mesh.abstract_mesh] = sharding.mesh
 
   sharding = property(lambda self: self._sharding)
+  is_fully_replicated = property(lambda self: self._sharding.is_fully_replicated)
+  committed = property(lambda self: True)
+  _committed = committed
+
+  def devices(self) -> set:
+    return set(self._sharding.device_set)
 
 
 _MESHES: dict = {}  # AbstractMesh -> Mesh: the meshes Arrays were placed on, whose devices the results' types name
