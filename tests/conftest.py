@@ -33,8 +33,11 @@ NOT_IN_LEG_FILES = {
 
 # NB: to keep the whole suite under 30 minutes on 2 cores (POCL's LLVM and lavapipe compile a kernel in 2-3x clang's
 # time), the leg keeps of each test function its first case and about one in k of the others: those whose id hashes
-# to 0 mod k. A hash, not a stride: a stride over a grid of ops x dtypes drops whole dtypes.
+# to the device's share mod k, a different share on each device (CL and WEBGPU together run 2 in k). A hash, not a
+# stride: a stride over a grid of ops x dtypes drops whole dtypes. `pytest --device CL -m device --leg-sample 1`
+# runs every case.
 LEG_SAMPLE = {"CL": 6, "WEBGPU": 6}
+LEG_SHARE = {"CL": 0, "WEBGPU": 3}
 LEG_SAMPLE_ON_A_GPU = 2  # CUDA, NV, AMD, METAL: fast compilers
 
 # The tests the device leg leaves out, and why: each is heavy, and what it adds on a device another leg test covers
@@ -62,6 +65,9 @@ DEVICES_WITHOUT_FLOAT64 = {"WEBGPU", "METAL"}
 def pytest_addoption(parser):
   parser.addoption("--device", default="CPU",
                    help="the tinygrad device the tests run on (TINYJAX_DEVICE): CPU (default), CL, WEBGPU, CUDA, ...")
+  parser.addoption("--leg-sample", type=int, default=None,
+                   help="the device leg (-m device) keeps about one case in this many of each test function (default: "
+                        "LEG_SAMPLE's for the device); 1 runs every case")
 
 
 def pytest_configure(config):
@@ -72,7 +78,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
   root = str(config.rootpath)
   device = config.getoption("--device")
-  sample = LEG_SAMPLE.get(device, LEG_SAMPLE_ON_A_GPU)
+  sample = config.getoption("--leg-sample") or LEG_SAMPLE.get(device, LEG_SAMPLE_ON_A_GPU)
+  share = LEG_SHARE.get(device, 0) % sample
   # a difference of this device only (tests/xfail.py) is always in its leg: its strict xfail must be seen to hold
   own_differences = {reason for (on, *_), reason in XFAIL_ON_DEVICE.items() if on == device}
   seen: set[tuple[str, str]] = set()  # (file, test function)
@@ -85,7 +92,7 @@ def pytest_collection_modifyitems(config, items):
     first = (path, item.originalname) not in seen
     seen.add((path, item.originalname))
     own = any(mark.kwargs.get("reason") in own_differences for mark in item.iter_markers("xfail"))
-    if first or own or zlib.crc32(item.name.encode()) % sample == 0:
+    if first or own or zlib.crc32(item.name.encode()) % sample == share:
       item.add_marker(pytest.mark.device)
 
 
