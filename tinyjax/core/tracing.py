@@ -269,7 +269,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
                   # an effect with no array result (a print) happens at the call, as JAX's own call makes it happen
                   runs_on_jax=(_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable)
-                               or bool(static_result and closed.effects)),
+                               or bool(closed.effects and (static_result or not closed.jaxpr.outvars))),
                   static_result=static_result[0] if static_result else None)
   if key is not None:
     if len(_traces) >= _TRACE_CACHE_SIZE:
@@ -489,6 +489,8 @@ def _appended(traced, inputs, arrays, single: bool, own_callers: int):
   else:
     outs = list(map(Array, values))
   pending.track(outs)
+  if traced.jaxpr.effects:  # a print or a callback happens at the call, as JAX's call makes it happen, read or not
+    pending.flush(values)
   return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 
