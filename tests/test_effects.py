@@ -1,5 +1,6 @@
-"""Effects happen at the call, as JAX's calls make them happen, whether or not a result is ever read: jax.debug.print
-inside vmap, lax.map and jit, io_callback, jax.debug.callback, in order with the program's own prints."""
+"""Effects and errors happen at the call, as JAX's calls make them happen, whether or not a result is ever read:
+jax.debug.print inside vmap, lax.map and jit, io_callback, jax.debug.callback, in order with the program's own prints;
+the jvp of a custom_vjp function's TypeError."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 from jax.experimental import io_callback
 
 import tinyjax
+from oracle import assert_like_jax
 
 
 def _printed(x):
@@ -42,3 +44,18 @@ def test_effects_happen_at_the_call_in_order(name, capsys):
   with tinyjax.patch():
     actual = run()
   assert "after" in expected and actual == expected
+
+
+def test_jvp_of_a_custom_vjp_function_raises_at_the_call():
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x)
+  f.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda cos, g: (cos * g,))
+  with pytest.raises(TypeError) as expected:
+    jax.jvp(f, (3.0,), (1.0,))
+  with tinyjax.patch(), pytest.raises(TypeError) as actual:
+    jax.jvp(f, (3.0,), (1.0,))  # its result never read
+  assert str(actual.value) == str(expected.value)
+  expected = jax.jvp(jax.grad(f), (3.0,), (1.0,))  # the order JAX accepts: forward over the custom reverse mode
+  with tinyjax.patch():
+    assert_like_jax(jax.jvp(jax.grad(f), (3.0,), (1.0,)), expected)

@@ -266,6 +266,7 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
   closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
+  _raise_jaxs_errors(closed.jaxpr)
   traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
                   # an effect with no array result (a print) happens at the call, as JAX's own call makes it happen
                   runs_on_jax=(_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable)
@@ -278,6 +279,16 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
       _traces.pop(next(iter(_traces)))
     _traces[key] = traced
   return traced, dynamic, avals
+
+
+def _raise_jaxs_errors(jaxpr) -> None:
+  """Raise, at the call, the error JAX raises when it runs an equation the trace holds: the tangent of a custom_vjp
+  function (custom_lin, whose impl is JAX's TypeError). NB: a flush would raise it only when a result is read."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "custom_lin":
+      eqn.primitive.impl()
+    for sub in jaxprs_in_params(eqn.params):
+      _raise_jaxs_errors(sub)
 
 
 def _runs_on_jax(jaxpr, partitionable: bool) -> bool:

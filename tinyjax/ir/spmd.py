@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
-from jax.extend.core import ClosedJaxpr, Literal
+from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params
 
 
 class NotStacked(Exception):
@@ -141,7 +141,7 @@ def _literal(atom):
 
 def _vmapped(eqn, ins, k, called_jaxpr):
   """An ordinary equation on stacked values: its primitive vmapped over the k leading axes of those that have them."""
-  if any(_holds_collectives(sub) for sub in _subjaxprs(eqn.params)):
+  if any(_holds_collectives(sub) for sub in jaxprs_in_params(eqn.params)):
     raise NotStacked(f"{eqn.primitive.name} holds collectives")
   params = {name: _retyped(value, called_jaxpr) for name, value in eqn.params.items()}
   fn = functools.partial(eqn.primitive.bind, **params)
@@ -167,18 +167,9 @@ def _retyped(value, called_jaxpr):
   return jax.make_jaxpr(run)(*avals)
 
 
-def _subjaxprs(params):
-  for value in params.values():
-    for item in value if isinstance(value, (tuple, list)) else (value,):
-      if isinstance(item, ClosedJaxpr):
-        yield item.jaxpr
-      elif hasattr(item, "eqns") and hasattr(item, "invars"):
-        yield item
-
-
 def _holds_collectives(jaxpr) -> bool:
   return any(eqn.primitive.name in COLLECTIVES or eqn.primitive.name in UNSTACKED
-             or any(_holds_collectives(sub) for sub in _subjaxprs(eqn.params)) for eqn in jaxpr.eqns)
+             or any(_holds_collectives(sub) for sub in jaxprs_in_params(eqn.params)) for eqn in jaxpr.eqns)
 
 
 # --- the collectives, on values with the leading mesh axes (manual, in order; `sizes` their sizes)
