@@ -1,6 +1,7 @@
 """Models end to end: flax + optax under tinyjax.jit against jax.jit, steady-state memory and compiles, and the
 examples (the seed notebook's cells among them) run as scripts."""
 import pathlib
+import re
 import runpy
 
 import jax
@@ -73,13 +74,26 @@ def test_model_apply_accepts_tinyjax_arrays_in_eager_mode():
 
 @pytest.mark.parametrize("script", ["quickstart.py", "seed_notebook.py", "mlp_optax.py", "transformer_block.py"])
 def test_example_runs(script, monkeypatch, capsys):
-  """Each example as `tinyjax run` runs it (patch mode on): the plain-JAX ones compute on tinygrad."""
+  """Each example as `tinyjax run` runs it (patch mode on): the plain-JAX ones compute on tinygrad and print the
+  numbers they print on JAX, to the digits they print."""
   from tinyjax.core.report import collecting
   monkeypatch.setenv("TINYJAX_SEED_BATCH", "16")
   monkeypatch.setenv("TINYJAX_EXAMPLE_STEPS", "10")
+  if script != "seed_notebook.py":  # the seed prints its timings; it compares its outputs with jax.jit's itself
+    runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+    expected = _printed_numbers(capsys.readouterr().out)
   with tinyjax.patch(), collecting() as ran:
     runpy.run_path(str(EXAMPLES / script), run_name="__main__")
-  assert capsys.readouterr().out.strip()
+  out = capsys.readouterr().out
+  assert out.strip()
   if script != "seed_notebook.py":  # the seed's `tiny` runs on tinygrad Tensors directly, outside the report
     native, total = ran.native_share
     assert total and native >= 0.95 * total, str(ran)
+    actual = _printed_numbers(out)
+    assert len(actual) == len(expected) > 0 and np.allclose(actual, expected, rtol=1e-5, atol=1e-4), (out, expected)
+
+
+def _printed_numbers(text: str) -> list[float]:
+  """The numbers printed, but on the line that names what computed them (tinyjax or jaxlib)."""
+  return [float(n) for line in text.splitlines() if not line.startswith("computed by")
+          for n in re.findall(r"-?\d+(?:\.\d*)?(?:e[-+]?\d+)?", line)]
