@@ -90,18 +90,18 @@ def _assert_specials(a64, e64):
   np.testing.assert_array_equal(np.signbit(a64[zeros]), np.signbit(e64[zeros]), err_msg="signs of zeros differ")
 
 
-def runs_on_xla_by_design(jax_fn, *args) -> bool:
-  """Whether JAX's program for jax_fn(*args) has an equation tinygrad has no rule for by design: a primitive listed in
-  tinyjax.backends.tinygrad.not_native, or one on complex numbers that has no complex rule yet. A call primitive
+def runs_on_xla_as_listed(jax_fn, *args) -> bool:
+  """Whether JAX's program for jax_fn(*args) has an equation tinygrad has no rule for yet, each listed with its
+  reason: a primitive of tinyjax.backends.tinygrad.not_native, or one on complex numbers that has no complex rule. A call primitive
   (jit, closed_call, custom_jvp_call, ...) is looked through: tinyjax inlines its body (tinyjax.ir.program), so only
   the body's equations need rules, whatever the dtypes of the call's own values."""
   from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
   from tinyjax.backends.tinygrad.table import takes_complex
   from tinyjax.ir.program import CALL_PARAMS
 
-  def by_design(jaxpr) -> bool:
+  def listed(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
-      if any(map(by_design, jax.extend.core.jaxprs_in_params(eqn.params))):
+      if any(map(listed, jax.extend.core.jaxprs_in_params(eqn.params))):
         return True
       if eqn.primitive.name in CALL_PARAMS:
         continue
@@ -114,7 +114,7 @@ def runs_on_xla_by_design(jax_fn, *args) -> bool:
     closed = jax.make_jaxpr(jax_fn)(*args)
   except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError):
     return False  # a shape set by the data (nonzero, x[x > 0]): tinyjax runs it call by call, each must be native
-  return by_design(closed.jaxpr)
+  return listed(closed.jaxpr)
 
 
 def check(fn, *args, native_only=True, rtol=None, atol=None, **kwargs):

@@ -1,7 +1,7 @@
 """Differential tests of the whole public jax.numpy API: each call gives JAX's exact result through tinyjax.numpy.
 
 The calls are in numpy_cases.py. Each runs under TINYJAX_FALLBACK=error unless JAX's program for it has an equation
-tinygrad has no rule for by design (oracle.runs_on_xla_by_design: complex numbers, the primitives of not_native.py).
+tinygrad has no rule for yet (oracle.runs_on_xla_as_listed: the primitives of not_native.py, each with its reason).
 """
 import jax.numpy as jnp
 import pytest
@@ -10,7 +10,7 @@ import tinyjax
 import tinyjax.numpy as tnp
 from tinyjax import identity
 from numpy_cases import CASES, NOT_ARRAY_FUNCTIONS, SUBMODULES
-from oracle import check, runs_on_xla_by_design
+from oracle import check, runs_on_xla_as_listed
 from xfail import XFAIL, param
 
 # JAX's own warnings for inputs chosen on purpose: float64 values beyond float32, complex cast to real
@@ -51,7 +51,7 @@ def test_function(name, case):
     assert _message(raised.value) == _message(jax_raised.value)
     return
   rtol, atol = case.tolerance(arrays, case.run(jnp, *arrays))
-  native_only = not runs_on_xla_by_design(lambda *xs: case.run(jnp, *xs), *arrays)
+  native_only = not runs_on_xla_as_listed(lambda *xs: case.run(jnp, *xs), *arrays)
   check(case.run, *arrays, native_only=native_only, rtol=rtol, atol=atol)
 
 
