@@ -1,6 +1,6 @@
 """Effects and errors happen at the call, as JAX's calls make them happen, whether or not a result is ever read:
 jax.debug.print inside vmap, lax.map and jit, io_callback, jax.debug.callback, in order with the program's own prints;
-the jvp of a custom_vjp function's TypeError."""
+the jvp of a custom_vjp function's TypeError; the function jax.vjp returns, a pytree of its residuals as JAX's."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,3 +59,14 @@ def test_jvp_of_a_custom_vjp_function_raises_at_the_call():
   expected = jax.jvp(jax.grad(f), (3.0,), (1.0,))  # the order JAX accepts: forward over the custom reverse mode
   with tinyjax.patch():
     assert_like_jax(jax.jvp(jax.grad(f), (3.0,), (1.0,)), expected)
+
+
+def test_the_function_vjp_returns_is_a_pytree_of_its_residuals():
+  def program():
+    _, vjp_fun = jax.vjp(lambda x: jnp.sin(x) * x, jnp.arange(3.0))
+    return (len(jax.tree_util.tree_leaves(vjp_fun)), jax.jit(lambda f, c: f(c))(vjp_fun, jnp.ones(3)),
+            jax.tree_util.tree_map(lambda a: a * 0, vjp_fun)(jnp.ones(3)))
+  expected = program()
+  with tinyjax.patch():
+    actual = program()
+  assert_like_jax(actual, expected)

@@ -91,6 +91,11 @@ class _LazyFunction:
     return getattr(self._fn, name)
 
 
+# a pytree whose one child is JAX's function (the VJP of jax.vjp, a pytree of its residuals), as JAX's is: it passes
+# through jit, make_jaxpr and tree_map as JAX's does
+jax.tree_util.register_pytree_node(_LazyFunction, lambda f: ((f._fn,), None), lambda _, children: _LazyFunction(*children))
+
+
 def _vjp(fun, *primals, has_aux):
   return jax.vjp(fun, *primals, has_aux=has_aux)
 
