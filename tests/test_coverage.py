@@ -17,7 +17,7 @@ DOCS = pathlib.Path(__file__).parent.parent / "docs" / "primitives.md"
 @pytest.mark.parametrize("name", sorted(coverage.jax_primitive_names()))
 def test_primitive_in_exactly_one_place(name):
   places = [table for table, keys in (("rules", RULES.keys() | COMPLEX_RULES.keys()), ("inlined", CALL_PARAMS),
-                                      ("in shard_map", COLLECTIVES), ("not native", NOT_YET_NATIVE)) if name in keys]
+                                      ("collective", COLLECTIVES), ("not native", NOT_YET_NATIVE)) if name in keys]
   assert len(places) == 1, f"{name} is in {places or 'no table'}"
 
 

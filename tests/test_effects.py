@@ -1,6 +1,7 @@
 """Effects and errors happen at the call, as JAX's calls make them happen, whether or not a result is ever read:
 jax.debug.print inside vmap, lax.map and jit, io_callback, jax.debug.callback, in order with the program's own prints;
-the jvp of a custom_vjp function's TypeError; the function jax.vjp returns, a pytree of its residuals as JAX's."""
+the jvp of a custom_vjp function's TypeError; the function jax.vjp returns, a pytree of its residuals as JAX's;
+the user's lines in the source information of what tinyjax traced."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,3 +71,17 @@ def test_the_function_vjp_returns_is_a_pytree_of_its_residuals():
   with tinyjax.patch():
     actual = program()
   assert_like_jax(actual, expected)
+
+
+def test_saved_residuals_name_the_users_lines(capsys):
+  from jax.ad_checkpoint import print_saved_residuals
+
+  def f(x):
+    return jnp.cos(jnp.sin(x)) * x
+
+  print_saved_residuals(f, jnp.ones(3))
+  expected = capsys.readouterr().out
+  with tinyjax.patch():
+    print_saved_residuals(f, jnp.ones(3))
+  actual = capsys.readouterr().out
+  assert "test_effects.py" in expected and actual == expected

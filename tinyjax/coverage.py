@@ -17,7 +17,7 @@ from tinyjax.ir.spmd import COLLECTIVES
 @dataclasses.dataclass(frozen=True)
 class Row:
   primitive: str
-  status: str  # "native", "inlined" (call primitives: their bodies are run), "in shard_map" (collectives: operations
+  status: str  # "native", "inlined" (call primitives: their bodies are run), "collective" (run inside shard_map: operations
   # over the shards side by side), "fallback" (runs on XLA)
   note: str
   complex: bool = False  # whether complex operands run natively too
@@ -37,7 +37,7 @@ def rows() -> list[Row]:
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))
     elif name in COLLECTIVES:
-      table.append(Row(name, "in shard_map", "inside shard_map and pmap, an operation over the shards side by side"))
+      table.append(Row(name, "collective", "inside shard_map and pmap, an operation over the shards side by side"))
     else:
       table.append(Row(name, "fallback", NOT_YET_NATIVE.get(name, "no rule and no reason given")))
   return table
@@ -45,10 +45,10 @@ def rows() -> list[Row]:
 
 def markdown() -> str:
   table = rows()
-  counts = {s: sum(r.status == s for r in table) for s in ("native", "inlined", "in shard_map", "fallback")}
+  counts = {s: sum(r.status == s for r in table) for s in ("native", "inlined", "collective", "fallback")}
   lines = ["# Primitive coverage of the tinygrad backend", "",
            "Generated from the rule tables by `tinyjax coverage --markdown`; do not edit by hand.", "",
-           f"{counts['native']} native, {counts['inlined']} inlined, {counts['in shard_map']} collectives run inside "
+           f"{counts['native']} native, {counts['inlined']} inlined, {counts['collective']} collectives run inside "
            f"shard_map and pmap (tinyjax/ir/spmd.py), {counts['fallback']} run on XLA "
            f"(of {len(table)} primitives).", "",
            "The complex column: whether complex operands run natively too (as (real, imaginary) pairs).", "",

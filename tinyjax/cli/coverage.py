@@ -13,7 +13,7 @@ import typer
 DTYPES = {name: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name) for name in (
   "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
   "uint64", "uint32", "uint16", "uint8", "bool")}
-STATUSES = ("native", "inlined", "fallback")  # of tinyjax.coverage.Row; XLA runs every primitive natively
+STATUSES = ("native", "inlined", "collective", "fallback")  # of tinyjax.coverage.Row; XLA runs every primitive natively
 
 
 def dtype_support(device: str) -> tuple[str, dict[str, bool]]:
@@ -30,7 +30,8 @@ def coverage(
     "--markdown", help="Print the table as markdown (docs/primitives.md).")] = False,
   as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ):
-  """Show each JAX primitive x backend: native, inlined (a call whose body is run) or fallback (runs on XLA).
+  """Show each JAX primitive x backend: native, inlined (a call whose body is run), collective (run inside shard_map
+  and pmap) or fallback (runs on XLA).
 
   The table comes from the rule tables themselves. XLA runs every primitive; a primitive marked fallback runs
   on XLA inside tinygrad programs, costing a copy each way.
@@ -56,12 +57,13 @@ def coverage(
     typer.echo("\n".join(f"| `{name}` | {'yes' if ok else 'no: runs on XLA'} |" for name, ok in dtypes.items()))
     return
   counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-  typer.echo(f"{counts['native']} native, {counts['inlined']} inlined, {counts['fallback']} fall back to XLA "
+  typer.echo(f"{counts['native']} native, {counts['inlined']} inlined, {counts['collective']} collectives (inside "
+             f"shard_map and pmap), {counts['fallback']} fall back to XLA "
              f"(of {len(rows)} primitives)\n")
   width = max(len(r.primitive) for r in rows) + 2
-  typer.echo(f"{'primitive':{width}}{'tinygrad':10}{'xla':8}note")
+  typer.echo(f"{'primitive':{width}}{'tinygrad':12}{'xla':8}note")
   for r in rows:
-    typer.echo(f"{r.primitive:{width}}{r.status:10}{'native':8}{r.note}".rstrip())
+    typer.echo(f"{r.primitive:{width}}{r.status:12}{'native':8}{r.note}".rstrip())
   if dtypes is not None:
     typer.echo(f"\ndtypes on tinygrad {device}:")
     for name, ok in dtypes.items():

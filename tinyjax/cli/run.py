@@ -161,7 +161,7 @@ def _execute(script: str | None, module: str | None, own_file: str) -> int:
       if module:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
       else:
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(os.path.abspath(script), run_name="__main__")  # its code names its file as python names it
       code = 0
     except SystemExit as exit:
       code = _exit_code(exit)

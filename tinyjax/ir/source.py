@@ -2,7 +2,13 @@
 import os
 import sys
 
+from jax._src import source_info_util  # NB: JAX's list of the files that are not the user's is not public
+
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tinyjax/, with its separator
+
+# JAX names the user's line in a jaxpr's source info (print_saved_residuals, its errors) by skipping its own files:
+# tinyjax's are skipped too, as a part of JAX's runtime (and its frames leave JAX's filtered tracebacks)
+source_info_util.register_exclusion(PACKAGE_DIR)
 
 
 def is_tinyjax_file(filename: str) -> bool:
