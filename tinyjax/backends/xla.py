@@ -16,8 +16,9 @@ def available_devices() -> list[Device]:
 
 
 def bind(eqn, inputs):
-  """An equation applied by JAX itself."""
-  out = eqn.primitive.bind(*inputs, **eqn.params)
+  """An equation applied by JAX itself (as jax.core.eval_jaxpr binds one: a primitive that takes a function, as
+  shard_map does, gets it from its jaxpr parameter)."""
+  out = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(eqn.params))
   return out if eqn.primitive.multiple_results else [out]
 
 

@@ -33,6 +33,10 @@ def stacked(eqn_params: tuple, called_jaxpr) -> ClosedJaxpr | None:
   body, mesh = params["jaxpr"], params["mesh"]
   manual = tuple(name for name in mesh.axis_names if name in params["newly_manual_axes"])
   sizes = {name: mesh.shape[name] for name in manual}
+  specs = (*params["in_specs"], *params["out_specs"])
+  if (body.constvars or any(spec.unreduced or spec.reduced for spec in specs)
+          or any(name not in manual for spec in specs for entry in spec for name in _names(entry))):
+    return None
   in_avals = [_global_aval(v.aval, spec, sizes) for v, spec in zip(body.invars, params["in_specs"], strict=True)]
 
   def run(*args):
@@ -41,9 +45,6 @@ def stacked(eqn_params: tuple, called_jaxpr) -> ClosedJaxpr | None:
     return [_join(_broadcast(value, is_stacked, manual, sizes), spec, manual, sizes)
             for (value, is_stacked), spec in zip(outs, params["out_specs"], strict=True)]
 
-  if body.constvars or any(name not in manual for spec in (*params["in_specs"], *params["out_specs"])
-                          for entry in spec for name in _names(entry)):
-    return None
   try:
     return jax.make_jaxpr(run)(*in_avals)
   except NotStacked:
@@ -153,10 +154,12 @@ def _vmapped(eqn, ins, k, called_jaxpr):
 
 
 def _retyped(value, called_jaxpr):
-  """A parameter of a body's equation outside the mesh: a jaxpr (a loop's body, a branch) traced again from values
-  of plain types, for the body's types name its mesh's axes manual."""
+  """A parameter of a body's equation outside the mesh, for the body's types name its mesh's axes manual: a jaxpr (a
+  loop's body, a branch) traced again from values of plain types; a sharding (a result's, on the mesh) none."""
   if isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
     return tuple(_retyped(v, called_jaxpr) for v in value)
+  if isinstance(value, jax.sharding.NamedSharding):
+    return None
   if not isinstance(value, ClosedJaxpr):
     return value
   avals = [ShapedArray(v.aval.shape, v.aval.dtype, weak_type=v.aval.weak_type) for v in value.jaxpr.invars]
@@ -230,7 +233,7 @@ def _gathered(manual, sizes, x, axis_name, dimension, tiled):
   return jnp.broadcast_to(y, tuple(sizes[name] for name in manual) + y.shape[k:])
 
 
-def _all_gather(manual, sizes, x, *, all_gather_dimension, axis_name, axis_index_groups, axis_size, tiled, **_):
+def _all_gather(manual, sizes, x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_index_groups=None, **_):
   _no_groups(axis_index_groups)
   return _gathered(manual, sizes, x, axis_name, all_gather_dimension, tiled)
 
