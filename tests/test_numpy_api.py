@@ -11,7 +11,7 @@ import tinyjax.numpy as tnp
 from tinyjax import identity
 from numpy_cases import CASES, NOT_ARRAY_FUNCTIONS, SUBMODULES
 from oracle import check, runs_on_xla_as_listed
-from xfail import XFAIL, param
+from xfail import XFAIL, XFAIL_ON_DEVICE, device_under_test, param
 
 # JAX's own warnings for inputs chosen on purpose: float64 values beyond float32, complex cast to real
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning"),
@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered in cast:Ru
 def xfail_name(case) -> str:
   """The name of a case in the expected-failure table: "jnp.<case id>" when that one call is listed, else
   "jnp.<function>" (the prefix keeps jax.numpy functions apart from primitives of the same name)."""
-  return f"jnp.{case.id}" if (f"jnp.{case.id}", None) in XFAIL else f"jnp.{case.name}"
+  listed = (f"jnp.{case.id}", None) in XFAIL or (device_under_test(), f"jnp.{case.id}", None) in XFAIL_ON_DEVICE
+  return f"jnp.{case.id}" if listed else f"jnp.{case.name}"
 
 
 def _message(error: BaseException) -> str:
