@@ -117,11 +117,9 @@ def _isolated_settings():
 @pytest.fixture
 def x64():
   """jax_enable_x64 on for the test (float64 arrays and float64 defaults), as it was afterwards."""
-  import jax
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
+  from oracle import x64 as enabled
+  with enabled():
+    yield
 
 
 @pytest.fixture

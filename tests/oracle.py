@@ -46,8 +46,9 @@ def on_tinygrad():
   assert runs and native_runs == runs, f"not everything ran on tinygrad:\n{ran}"
 
 
-def assert_like_jax(actual, expected, rtol=None, atol=None):
-  """`actual` (tinyjax results) matches `expected` (JAX results) leaf by leaf."""
+def assert_like_jax(actual, expected, rtol=None, atol=None, values=True):
+  """`actual` (tinyjax results) matches `expected` (JAX results) leaf by leaf (without `values`: all but the size of
+  the floats' differences)."""
   a_leaves, a_tree = jax.tree_util.tree_flatten(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array))
   e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
   assert a_tree == e_tree, f"tree {a_tree} != {e_tree}"
@@ -59,7 +60,15 @@ def assert_like_jax(actual, expected, rtol=None, atol=None):
     assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
     assert a.dtype == e.dtype, f"dtype {a.dtype} != {e.dtype}"
     assert a.weak_type == e.aval.weak_type, f"weak_type {a.weak_type} != {e.aval.weak_type}"
-    assert_values(np.asarray(a), np.asarray(e), rtol, atol)
+    (assert_values if values else _assert_specials_of)(np.asarray(a), np.asarray(e), rtol, atol)
+
+
+def _assert_specials_of(a: np.ndarray, e: np.ndarray, *_):
+  """Integers equal; floats' (each complex part's) NaN, infinities and signs of zero as JAX's."""
+  if not jnp.issubdtype(e.dtype, jnp.inexact):
+    np.testing.assert_array_equal(a, e)
+  for part in (np.real, np.imag) if jnp.iscomplexobj(e) else (np.asarray,):
+    _assert_specials(part(a).astype(np.float64), part(e).astype(np.float64))
 
 
 def assert_values(a: np.ndarray, e: np.ndarray, rtol=None, atol=None):
@@ -125,6 +134,51 @@ def check(fn, *args, native_only=True, rtol=None, atol=None, **kwargs):
     tinyjax.flush()
   assert_like_jax(actual, expected, rtol, atol)
   return actual
+
+
+@contextlib.contextmanager
+def x64():
+  """jax_enable_x64 on inside (float64 arrays and float64 defaults), as it was afterwards."""
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_x64", previous)
+
+
+# A result whose conditioning amplifies rounding (a pseudo-inverse, an eigenvector's gradient, a trained model's
+# step) is as good as XLA's when its error from the float64 truth is of the size of XLA's own error: computed in
+# another order (sums, rotations, fused formulas) the error differs by a small factor, not by orders of magnitude.
+ACCURACY_FACTOR = 8
+
+
+def check_accuracy(fn, *args):
+  """fn(namespace, *args) on tinyjax (natively) against the truth: fn on XLA in float64 (jax_enable_x64, the float32
+  arguments widened). Each leaf has JAX's shape, dtype, weak type, NaN, infinities and signs of zero (as check's);
+  integers equal; a float leaf's largest error from the truth is at most ACCURACY_FACTOR times the larger of XLA's
+  float32 error and one ulp of the truth's largest magnitude. The tolerance is the one the problem's conditioning
+  allows, measured on XLA's result rather than guessed."""
+  expected = fn(jnp, *args)
+  with native():
+    actual = fn(tnp, *args)
+    tinyjax.flush()
+  assert_like_jax(actual, expected, values=False)
+  widen = {np.dtype(np.float32): np.float64, np.dtype(np.complex64): np.complex128}
+  with x64():
+    truth = jax.tree_util.tree_map(np.asarray, fn(jnp, *jax.tree_util.tree_map(
+        lambda x: np.asarray(x).astype(widen.get(np.asarray(x).dtype, np.asarray(x).dtype)), args)))
+  leaves = zip(jax.tree_util.tree_leaves(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array)),
+               jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(truth), strict=True)
+  for i, (a, e, t) in enumerate(leaves):
+    a, e = np.asarray(a), np.asarray(e)
+    if not jnp.issubdtype(e.dtype, jnp.inexact):
+      continue
+    finite = np.isfinite(e) & np.isfinite(t)
+    error = lambda r: np.abs(r.astype(t.dtype) - t)[finite].max(initial=0.0)
+    ulp = np.finfo(e.dtype).eps * np.abs(t[finite]).max(initial=0.0)
+    allowed = ACCURACY_FACTOR * max(error(e), ulp)
+    assert error(a) <= allowed, f"leaf {i}: error {error(a):.3g} from the float64 truth, XLA's {error(e):.3g}"
 
 
 def check_lax(name, *args, native_only=True, rtol=None, atol=None, **params):

@@ -16,7 +16,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.scipy.linalg
-from oracle import assert_like_jax, check, check_traced, on_tinygrad
+from oracle import assert_like_jax, check, check_accuracy, check_traced, on_tinygrad
 from xfail import param
 from tinyjax.core.mirror import wrap
 
@@ -136,6 +136,19 @@ def test_jnp_solve(shape):
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_jnp_linalg(name, shape):
   close(lambda np_, x: getattr(np_.linalg, name)(x), well_conditioned(shape))
+
+
+@pytest.mark.parametrize("condition", [1e3, 1e5], ids=["cond 1e3", "cond 1e5"])
+def test_near_singular_solve(condition):
+  """A system whose matrix has condition number 1e3 or 1e5 (singular values spaced from 1 to 1/condition): float32
+  keeps only log10(1e7 / condition) digits of the solution, XLA's LU too. As accurate as XLA's from the float64
+  truth (oracle.check_accuracy): the tolerance this conditioning gives."""
+  rng = np.random.default_rng(6)
+  u, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+  v, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+  a = (u * np.geomspace(1, 1 / condition, 6)) @ v.T
+  b = rng.standard_normal((6, 2))
+  check_accuracy(lambda np_, x, y: np_.linalg.solve(x, y), a.astype(np.float32), b.astype(np.float32))
 
 
 @pytest.mark.parametrize("trans", [0, 1])
