@@ -179,6 +179,7 @@ def check_accuracy(fn, *args):
     ulp = np.finfo(e.dtype).eps * np.abs(t[finite]).max(initial=0.0)
     allowed = ACCURACY_FACTOR * max(error(e), ulp)
     assert error(a) <= allowed, f"leaf {i}: error {error(a):.3g} from the float64 truth, XLA's {error(e):.3g}"
+  return actual
 
 
 def check_lax(name, *args, native_only=True, rtol=None, atol=None, **params):
