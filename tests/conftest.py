@@ -20,6 +20,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # directory of their own, not the user's cache
 os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix="tinyjax-tests-"), "auto.json"))
 os.environ.setdefault("TINYJAX_PROGRAM_CACHE", tempfile.mkdtemp(prefix="tinyjax-programs-"))
+# every program the suite flushes has its types checked before it is compiled (tinyjax/ir/show.py)
+os.environ.setdefault("TINYJAX_CHECK_TYPES", "1")
 
 # The device leg: the suite runs again on CL and WEBGPU (scripts/test.sh: `pytest --device CL -m device`), every
 # test file but those below, which compute nothing on a device or take the device as a parameter themselves.

@@ -35,7 +35,10 @@ SETTINGS: dict[str, Setting] = {
                       "what happens to an equation tinygrad cannot run: run it on XLA, also warn once per primitive, or raise"),
   "buffer_limit": Setting("TINYJAX_BUFFER_LIMIT", "2000", None, "flush once this many equations are pending",
                           integer=True),
-  "log_compiles": Setting("TINYJAX_LOG_COMPILES", "0", ("0", "1"), "print each program tinyjax compiles and why the cache missed"),
+  "log_compiles": Setting("TINYJAX_LOG_COMPILES", "0", ("0", "1"),
+                          "print each program tinyjax compiles (as text, like a jaxpr) and why the cache missed"),
+  "check_types": Setting("TINYJAX_CHECK_TYPES", "0", ("0", "1"),
+                         "check each flushed program's shapes and dtypes before it is compiled (the test suite does)"),
   "check": Setting("TINYJAX_CHECK", "0", ("0", "1"),
                    "also run each flushed program on XLA; a difference raises tinyjax.CheckError naming the first "
                    "equation that differs (docs/reliability.md)"),

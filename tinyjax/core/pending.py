@@ -20,7 +20,7 @@ from tinyjax import config
 from tinyjax.backends import check
 from tinyjax.backends.selection import current_choice, still_chosen
 from tinyjax.core import report
-from tinyjax.ir import profile
+from tinyjax.ir import profile, show
 from tinyjax.ir.program import Builder
 
 
@@ -289,11 +289,14 @@ def _wired(nodes, values) -> tuple:
 
 def _compile(nodes, wiring, input_values, outs, backend):
   program = _build(nodes, wiring, input_values, outs)
+  if config.validated("check_types") == "1":
+    show.check_types(program)
   compiled = backend.compile(program)
   report.record_compile()
   if config.validated("log_compiles") == "1":
     print(f"tinyjax: compiling a program of {len(program.eqns)} equations for {backend!r} "
-          f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source})", file=sys.stderr)
+          f"(a new structure of {len(nodes)} buffered calls, the last from {nodes[-1].source}):\n"
+          f"{show.show(program, backend.why_not)}", file=sys.stderr)
   return compiled
 
 
