@@ -101,6 +101,10 @@ CONV_CASES = {  # id: (lhs shape, rhs shape, params)
   "3d_ndhwc": ((1, 4, 4, 3, 2), (2, 2, 2, 2, 3), dict(window_strides=(2, 1, 1), padding="VALID",
                                                       dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))),
   "empty_output": ((1, 1, 2, 2), (1, 1, 3, 3), dict(window_strides=(1, 1), padding="VALID")),
+  # no spatial dimension: a product of features (JAX's own tests draw these)
+  "no_spatial": ((2, 3), (4, 3), dict(window_strides=(), padding=())),
+  "no_spatial_groups": ((2, 4), (6, 2), dict(window_strides=(), padding=(), feature_group_count=2,
+                                             dimension_numbers=("NC", "OI", "CN"))),
 }
 
 
@@ -239,6 +243,14 @@ def test_reduce_window_edge_values(reducer, dtype):
   """NaN propagates, -0.0 < +0.0, sums overflow to inf or wrap, and padding never wins."""
   window = (EDGE_WINDOWS[dtype].shape, (2,), (1,), ((1, 1),), None, None)
   check_traced(_window_fn(reducer, dtype, window), EDGE_WINDOWS[dtype])
+
+
+@pytest.mark.parametrize("reducer", [param(r, name=f"reduce_window_{r}", id=r) for r in REDUCERS])
+def test_reduce_window_of_a_scalar(reducer):
+  """A 0-d operand has one window, of no dimensions: the scalar (with the init, through the generic primitive)."""
+  check_traced(_window_fn(reducer, np.float32, ((), (), (), (), None, None)), np.float32(-0.0))
+  computation, init = REDUCERS[reducer]
+  check_lax("reduce_window", np.float32(2.5), np.array(init, np.float32), computation, (), (), ())
 
 
 GENERIC_CASES = {  # id: (dtype, init, computation)

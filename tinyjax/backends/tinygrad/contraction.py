@@ -112,6 +112,8 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
   x = _dilate(lhs.cast(acc).permute(tuple(lhs_spec)), lhs_dilation, 0, first_axis=2)
   x = x.pad(((0, 0), (0, 0), *padding))
   kernel = rhs.cast(acc).permute(tuple(rhs_spec))
+  if not window_strides:  # NB: tinygrad's conv needs a spatial dimension: a product of features, over one of size 1
+    x, kernel, window_strides, rhs_dilation = x.unsqueeze(-1), kernel.unsqueeze(-1), (1,), (1,)
   groups = feature_group_count
   if batch_group_count > 1:
     # Batch group g (the major part of the batch dim) meets output feature group g: move the batch groups into
@@ -122,6 +124,7 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
     groups = batch_group_count
   result = x.conv2d(kernel, groups=groups, stride=tuple(window_strides), dilation=tuple(rhs_dilation), dtype=acc)
   result = _from_plus_zero(result, int(np.prod(kernel.shape[1:])))
+  result = result.reshape(result.shape[:len(out_spec)])  # the size-1 dimension a conv without spatial ones took
   return _to_output(ctx, result.permute(tuple(np.argsort(out_spec))))
 
 
@@ -132,6 +135,8 @@ def _windows(x, fill, window: dict):
 
   The view is tinygrad's `_pool`, the strided-window view its conv2d and max_pool2d are built on.
   """
+  if x.ndim == 0:
+    return x  # NB: tinygrad's view needs a dimension; a scalar's one window, of no dimensions, is the scalar
   x = _dilate(x, window["base_dilation"], fill).pad(tuple(window["padding"]), value=fill)
   return x._pool(tuple(window["window_dimensions"]), tuple(window["window_strides"]), tuple(window["window_dilation"]))
 
