@@ -62,6 +62,18 @@ def test_jvp_of_a_custom_vjp_function_raises_at_the_call():
     assert_like_jax(jax.jvp(jax.grad(f), (3.0,), (1.0,)), expected)
 
 
+@pytest.mark.parametrize("init", [0.0, np.float32(0.0)], ids=["python init", "numpy init"])
+def test_a_reduction_over_an_axis_named_twice_raises_at_the_call(init):
+  """JAX raises ValueError for lax.reduce over axes (0, 0), eagerly (its shape rule) and under jit (its lowering);
+  tinyjax at the call, its result never read."""
+  x = np.ones((2, 3), np.float32)
+  with pytest.raises(ValueError) as expected:
+    jax.lax.reduce(x, init, jax.lax.add, (0, 0))
+  with tinyjax.patch(), pytest.raises(ValueError) as actual:
+    jax.lax.reduce(x, init, jax.lax.add, (0, 0))
+  assert str(actual.value) == str(expected.value)
+
+
 def test_the_function_vjp_returns_is_a_pytree_of_its_residuals():
   def program():
     _, vjp_fun = jax.vjp(lambda x: jnp.sin(x) * x, jnp.arange(3.0))

@@ -283,10 +283,15 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
 
 def _raise_jaxs_errors(jaxpr) -> None:
   """Raise, at the call, the error JAX raises when it runs an equation the trace holds: the tangent of a custom_vjp
-  function (custom_lin, whose impl is JAX's TypeError). NB: a flush would raise it only when a result is read."""
+  function (custom_lin, whose impl is JAX's TypeError); a generic reduction over an axis named twice, which JAX's
+  lowering refuses (tinyjax traces a Python init value as an input, where JAX's eager call, given a constant, took
+  the monoid's primitive, whose shape rule raises this ValueError). NB: a flush would raise only when a result is
+  read."""
   for eqn in jaxpr.eqns:
     if eqn.primitive.name == "custom_lin":
       eqn.primitive.impl()
+    if eqn.primitive.name == "reduce" and len(set(eqn.params["dimensions"])) < len(eqn.params["dimensions"]):
+      raise ValueError(f"duplicate value in 'axes' of reduction: {eqn.params['dimensions']}")
     for sub in jaxprs_in_params(eqn.params):
       _raise_jaxs_errors(sub)
 
