@@ -104,3 +104,26 @@ def test_no_import_cycles():
 
 def test_cycles_are_found():
   assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def private_names_reached(path: pathlib.Path) -> list[str]:
+  """The private names (`_name`) of other tinyjax modules that `path` imports or reads as `module._name`."""
+  tree, modules, reached = ast.parse(path.read_text()), set(), []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tinyjax"):
+      reached += [f"from {node.module} import {alias.name}" for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.startswith("__")]
+      modules |= {alias.asname or alias.name for alias in node.names if f"{node.module}.{alias.name}" in MODULES}
+    elif isinstance(node, ast.Import):
+      modules |= {alias.asname for alias in node.names if alias.asname and alias.name in MODULES}
+  reached += [f"{node.value.id}.{node.attr} (line {node.lineno})" for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+              and isinstance(node.value, ast.Name) and node.value.id in modules]
+  return reached
+
+
+def test_no_module_reaches_into_anothers_private_names():
+  """A module shares what others use under a public name (linalg's complex pairs are pairs.py's; the loop replays
+  are replay.py's), so that no rule family depends on another's internals."""
+  reached = {name: found for name, path in MODULES.items() if (found := private_names_reached(path))}
+  assert not reached, "\n".join(f"{name}: {', '.join(found)}" for name, found in reached.items())

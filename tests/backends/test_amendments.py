@@ -243,6 +243,33 @@ def test_bool_logic_compiles_on_opencl(tmp_path):
   assert amendments.cstyle.OpenCLRenderer.code_for_op[amendments.Ops.AND]("a", "b", dtypes.bool) == "(a&&b)"
 
 
+_ON_THE_SECOND_CL_DEVICE = """
+import sys
+import numpy as np
+from tinygrad import Device, Tensor
+from tinyjax.backends.tinygrad import amendments
+amendments.amend()
+x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+result = (Tensor(x, device="CL:1").tanh() @ Tensor(x, device="CL:1").T).numpy()
+print(Device["CL"].count(), Device["CL:1"].cl_dev is not Device["CL"].cl_dev)
+np.save(sys.argv[1], result)
+"""
+
+
+def test_every_cl_device_is_listed(tmp_path):
+  """POCL with two CPU devices (POCL_DEVICES="pthread pthread"): tinygrad listed its default device only; now CL:1
+  opens the second, whose kernels (compiled by that device's helper process) give JAX's values."""
+  import jax.numpy as jnp
+  script, out = tmp_path / "second_device.py", tmp_path / "result.npy"
+  script.write_text(_ON_THE_SECOND_CL_DEVICE)
+  env = {**os.environ, "POCL_DEVICES": "pthread pthread"}
+  done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.split() == ["2", "True"], done.stdout
+  x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+  np.testing.assert_allclose(np.load(out), jnp.tanh(x) @ x.T, rtol=2e-6, atol=1e-5)
+
+
 def test_cl_arguments_are_read_by_position():
   class Program:
     def __init__(self):

@@ -50,7 +50,7 @@ class _Entry:
 
 def prepare(fn, args: tuple, kwargs: dict):
   """What a call's fast path needs, (leaves, key), or None when the call must go the general way."""
-  if pending._queue.pending or "device" in kwargs or tracing.inside_transformation() or tracing.jax_checks_values():
+  if pending.anything_pending() or "device" in kwargs or tracing.inside_transformation() or tracing.jax_checks_values():
     return None
   marked = False
   for a in args:

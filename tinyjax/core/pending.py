@@ -91,6 +91,13 @@ class _ThreadQueue(threading.local):
 
 
 _queue = _ThreadQueue()
+
+
+def anything_pending() -> bool:
+  """Whether this thread's buffer holds calls not yet flushed."""
+  return bool(_queue.pending)
+
+
 flush_lock = threading.RLock()  # NB: flushes are serialised; tinygrad's scheduler is not thread-safe.
 _programs: collections.OrderedDict = collections.OrderedDict()
 _PROGRAM_CACHE_SIZE = 512

@@ -1,6 +1,6 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its
-gated loads, its compile cache shared across threads, its CL runtime's arguments and its compiles on POCL, its CPU
+gated loads, its compile cache shared across threads, its CL runtime's arguments, devices and compiles on POCL, its CPU
 device's synchronize and kernel calls, its CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its
 kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
@@ -42,6 +42,7 @@ import atexit
 import collections
 import ctypes
 import functools
+import inspect
 import linecache
 import math
 import struct
@@ -319,11 +320,54 @@ def _number_cl_arguments_by_position() -> None:
   ops_cl.CLProgram.__init__ = _position(ops_cl.CLProgram.__init__)
 
 
+def _list_every_cl_device() -> None:
+  """List every device of the OpenCL platform, not its default one only: `CL:1`, ... name the others.
+
+  NB: tinygrad 0.14 opens the first platform's GPUs, else its CL_DEVICE_TYPE_DEFAULT devices: one, where POCL exposes
+  several (POCL_DEVICES="pthread pthread", two CPU devices), so a mesh over CL had one device. GPUs stay first, as
+  tinygrad chose them; without a GPU, every device of the platform (CL_DEVICE_TYPE_ALL), the default one first.
+  """
+  try:
+    from tinygrad.runtime import ops_cl
+    from tinygrad.runtime.autogen import opencl as cl
+  except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
+    return
+  opened = ops_cl.CLDevice.__init__
+
+  def listing_every_device(self, device: str = ""):
+    if ops_cl.CLDevice.device_ids is None:
+      ops_cl.CLDevice.device_ids = _cl_devices(cl)
+    opened(self, device)
+  ops_cl.CLDevice.__init__ = listing_every_device
+
+
 # The helper process's side: reads (length, OpenCL C source) from stdin, writes (status, length, binary or error)
 # on the stdout it was started with; whatever POCL's compiler prints (its warnings) goes to stderr.
+def _cl_devices(cl):
+  """The first OpenCL platform's GPUs, or else all its devices (the default one first)."""
+  count, platform = ctypes.c_uint32(), (cl.cl_platform_id * 1)()
+  if cl.clGetPlatformIDs(1, platform, None) != 0:
+    return None  # tinygrad's own listing then raises its error
+  for device_type in (cl.CL_DEVICE_TYPE_GPU, cl.CL_DEVICE_TYPE_ALL):
+    if cl.clGetDeviceIDs(platform[0], device_type, 0, None, ctypes.byref(count)) == 0 and count.value:
+      break
+  ids = (cl.cl_device_id * count.value)()
+  cl.clGetDeviceIDs(platform[0], device_type, count, ids, None)
+  default = (cl.cl_device_id * 1)()
+  if cl.clGetDeviceIDs(platform[0], cl.CL_DEVICE_TYPE_DEFAULT, 1, default, None) == 0:
+    address = lambda device: ctypes.cast(device, ctypes.c_void_p).value
+    order = sorted(range(count.value), key=lambda i: address(ids[i]) != address(default[0]))  # the default first
+    ids = (cl.cl_device_id * count.value)(*[ids[i] for i in order])
+  return ids
+
+
 _POCL_COMPILE_HELPER = """
-import os, struct, sys
+import ctypes, os, struct, sys
 from tinygrad import Device
+from tinygrad.runtime import ops_cl
+from tinygrad.runtime.autogen import opencl as cl
+""" + inspect.getsource(_cl_devices) + """
+ops_cl.CLDevice.device_ids = _cl_devices(cl)  # the devices as the user's process lists them (_list_every_cl_device)
 replies = os.fdopen(os.dup(1), "wb")
 os.dup2(2, 1)
 compiler = Device[sys.argv[1]].cl_compiler
@@ -676,6 +720,7 @@ def amend() -> None:
     _share_compile_cache_across_threads()
     _keep_lowered_programs()
     _number_cl_arguments_by_position()
+    _list_every_cl_device()
     _compile_pocl_kernels_in_a_helper_process()
     _synchronize_with_views_made_once()
     _call_cpu_programs_with_typed_arguments()

@@ -130,7 +130,7 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
 
 # --- reduce_window family
 
-def _windows(x, fill, window: dict):
+def window_views(x, fill, window: dict):
   """The windows of `x` as (*output shape, *window shape); base-dilation holes and padding hold `fill`.
 
   The view is tinygrad's `_pool`, the strided-window view its conv2d and max_pool2d are built on.
@@ -159,13 +159,13 @@ def _reduce_windows(ctx, x, monoid: str, window: dict):
   if monoid == "add":
     # NB: XLA sums float16 windows in float16, in an order of its own; a float32 sum differs from it by rounding
     acc = _accumulator(dtype)
-    result = _windows(x.cast(acc), 0, window).sum(axes, dtype=acc)
+    result = window_views(x.cast(acc), 0, window).sum(axes, dtype=acc)
     return _to_output(ctx, _from_plus_zero(result, int(np.prod(window["window_dimensions"]))))
   if monoid == "mul":
     acc = _accumulator(dtype)
-    return _to_output(ctx, _windows(x.cast(acc), 1, window).prod(axes, dtype=acc))
+    return _to_output(ctx, window_views(x.cast(acc), 1, window).prod(axes, dtype=acc))
   largest = monoid == "max"
-  windows = _windows(x, dtype_limit(dtype, not largest), window)
+  windows = window_views(x, dtype_limit(dtype, not largest), window)
   if dtype == np.bool_:
     return windows.any(axes) if largest else windows.all(axes)
   if fb.is_float(dtype):
@@ -213,9 +213,9 @@ def _reduce_window_generic(ctx, *operands_and_inits, jaxpr, consts, window_dimen
   inits = [init.reshape((1,) * len(shape)).expand(shape) for init in inits]
   if n == 1 and (monoid := _monoid_of(jaxpr, ctx.out_aval.dtype)):
     return ctx.backend.run_jaxpr(body, inits[0], _reduce_windows(ctx, operands[0], monoid, window))
-  valid = _windows(Tensor.ones(operands[0].shape, dtype=dtypes.bool, device=ctx.device), False, window)
+  valid = window_views(Tensor.ones(operands[0].shape, dtype=dtypes.bool, device=ctx.device), False, window)
   valid = valid.reshape((*shape, -1))
-  windows = [_windows(x, 0, window).reshape((*shape, -1)) for x in operands]
+  windows = [window_views(x, 0, window).reshape((*shape, -1)) for x in operands]
   accumulated = inits
   for position in range(valid.shape[-1]):
     combined = ctx.backend.run_jaxpr(body, *accumulated, *[w[..., position] for w in windows])

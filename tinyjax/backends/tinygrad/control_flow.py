@@ -22,8 +22,7 @@ import functools
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
 from tinyjax.backends.tinygrad import carried
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad.replay import distinct_buffers
+from tinyjax.backends.tinygrad.replay import Alternating, capturing, distinct_buffers
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
@@ -35,48 +34,6 @@ def _constant(x: Tensor):
   from tinygrad.uop.ops import Ops
   base = x.uop.base
   return base.arg if base.op is Ops.CONST else None
-
-
-def _capturing() -> bool:
-  """Whether a TinyJit is capturing now (a TinyJit cannot run inside another's capture)."""
-  from tinygrad.engine.realize import capturing
-  return bool(capturing)
-
-
-def _replay(jit, *args):
-  """jit(*args); a TinyJit that rejects its inputs (laid out unlike the ones it captured) is captured anew."""
-  from tinygrad.engine.jit import JitError
-  # NB: TinyJit copies an input that is one of its outputs, so no kernel reads and writes one buffer, but it misses
-  # an output written by read-modify-write, as WGSL writes packed arrays (bool, 8- and 16-bit integers). Passed
-  # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
-  # while loop (its predicate a bool array) never ended on WEBGPU
-  args = [a.clone() if isinstance(a, Tensor) and fb.packed_on_wgsl(a) else a for a in args]
-  try:
-    return jit(*args)
-  except JitError:
-    jit.reset()
-    return jit(*args)
-
-
-class Alternating:
-  """A loop step replayed by two TinyJits of it in turn (`make(turn)` makes each, turn 0 or 1), for steps whose
-  outputs are their next inputs: each TinyJit then reads the other's output buffers, never its own, which TinyJit
-  copies before each replay (a device copy per carried value: most of a small step's time)."""
-
-  def __init__(self, make):
-    self.jits, self.turn = (make(0), make(1)), 0
-
-  def __call__(self, *args):
-    jit, self.turn = self.jits[self.turn], 1 - self.turn
-    return _replay(jit, *args)
-
-
-@functools.lru_cache(maxsize=64)
-def step_jit(step, device: str, layout: tuple, turn: int):
-  """A TinyJit of a loop's step function (a module-level function, or one cached by its parameters) for one device
-  and one layout of its inputs (TinyJit captures buffers of one layout), and turn (Alternating): made once, so that
-  every loop of that step and layout, in any program, replays it."""
-  return TinyJit(step)
 
 
 def _at(x: Tensor, i) -> Tensor:
@@ -143,7 +100,7 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   # NB: a body that is not replayed runs one iteration per step: it may hold a loop, which must not run on a carry
   # past the loop's end (its own trip count could be anything there)
   step = functools.partial(_while_steps, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, 1)
-  jitted = not _capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
+  jitted = not capturing() and ctx.backend.capturable(cond_jaxpr) and ctx.backend.capturable(body_jaxpr)
   if jitted:
     step = Alternating(functools.partial(_while_jit, ctx.backend, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
                                          ctx.in_avals))
@@ -186,7 +143,7 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
                                       for a in ys_avals])
   steps = functools.partial(_scan_steps, ctx.backend, jaxpr, length, reverse, num_consts, num_carry, len(xs))
   done = 0
-  if _long(length=length) and not _capturing() and ctx.backend.capturable(jaxpr):
+  if _long(length=length) and not capturing() and ctx.backend.capturable(jaxpr):
     jitted = Alternating(functools.partial(_scan_jit, ctx.backend, jaxpr, length, reverse, num_consts, num_carry,
                                            ctx.in_avals))
     consts = distinct_buffers(ctx.device, consts, taken=ys)
@@ -210,7 +167,7 @@ def _chunk_start(start: int, count: int, length: int):
 
   NB: under a TinyJit's capture (a program's second run) a plain int: a replay binds only its inputs' variables. A
   program run again therefore compiles its scan's chunks once more for the capture."""
-  if count < SCAN_CHUNK or _capturing():
+  if count < SCAN_CHUNK or capturing():
     return start
   return Variable("scan_step", 0, length - SCAN_CHUNK).bind(start)
 

@@ -54,11 +54,10 @@ from tinygrad.dtype import _to_np_dtype
 
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing, step_jit
 from tinyjax.backends.tinygrad.indexing import arange, pick
-from tinyjax.backends.tinygrad.linalg import (Pair, _abs, _adjoint, _at, _cat, _conj, _div, _is_pair, _matmul, _mul,
-                                              _nan, _norm, _real, _tensors, _where, _zeros, real_and_complex)
-from tinyjax.backends.tinygrad.replay import distinct_buffers
+from tinyjax.backends.tinygrad import pairs
+from tinyjax.backends.tinygrad.pairs import Pair, real_and_complex
+from tinyjax.backends.tinygrad.replay import Alternating, capturing, distinct_buffers, step_jit
 
 # A safety net, never reached in the measurements above: every sweep of a converging run rotates something, and the
 # criteria below are met after at most ~20 sweeps for n <= 64.
@@ -89,7 +88,7 @@ def _ring_shift(x, axis: int):
   if size <= 2:
     return x
   part = lambda start, end: x.shrink(tuple((start, end) if i == axis % x.ndim else None for i in range(x.ndim)))
-  return _cat([part(0, 1), part(size - 1, size), part(1, size - 1)], dim=axis)
+  return pairs.cat([part(0, 1), part(size - 1, size), part(1, size - 1)], dim=axis)
 
 
 def _tangent(app, aqq, apq):
@@ -107,9 +106,9 @@ def _tangent(app, aqq, apq):
 def _off_diagonal(apq, rotates):
   """|apq| and apq's phase apq / |apq| (1 where the pair does not rotate) for a complex apq; apq and None (a phase of
   1) for a real one, whose rotations take its sign in the tangent."""
-  if not _is_pair(apq):
+  if not pairs.is_pair(apq):
     return apq, None
-  size = _abs(apq)
+  size = pairs.magnitude(apq)
   divisor = rotates.where(size, 1)  # NB: no division by zero even where masked (WGSL)
   return size, Pair(rotates.where(fm.div(apq.re, divisor), 1), rotates.where(fm.div(apq.im, divisor), 0))
 
@@ -122,8 +121,8 @@ def _pair_rotations(t, rotates, phase=None):
   t = rotates.where(t, 0)
   c = fm.div(1, (1 + t * t).sqrt())
   s = t * c
-  turn = 1 if phase is None else _conj(phase)
-  return t, (_cat([c, _mul(c, turn).flip(-1)], dim=-1), _cat([_mul(-s, turn), s.flip(-1)], dim=-1))
+  turn = 1 if phase is None else pairs.conj(phase)
+  return t, (pairs.cat([c, pairs.mul(c, turn).flip(-1)], dim=-1), pairs.cat([pairs.mul(-s, turn), s.flip(-1)], dim=-1))
 
 
 def _eigh_round(a, v, rotated, tiny):
@@ -132,23 +131,23 @@ def _eigh_round(a, v, rotated, tiny):
   each on the ring's next round, realized."""
   size = a.shape[-1]
   half = size // 2
-  diagonal = _real(a.diagonal(dim1=-2, dim2=-1))
+  diagonal = pairs.real(a.diagonal(dim1=-2, dim2=-1))
   app, aqq = diagonal[..., :half], diagonal.flip(-1)[..., :half]
   apq = a.flip(-1).diagonal(dim1=-2, dim2=-1)[..., :half]  # a[i, N-1-i]
-  rotates = _abs(apq) > tiny
+  rotates = pairs.magnitude(apq) > tiny
   apq, phase = _off_diagonal(apq, rotates)
   t, (c, s) = _pair_rotations(_tangent(app, aqq, apq), rotates, phase)
-  ci, si, cj, sj = _conj(c).unsqueeze(-1), _conj(s).unsqueeze(-1), c.unsqueeze(-2), s.unsqueeze(-2)
+  ci, si, cj, sj = pairs.conj(c).unsqueeze(-1), pairs.conj(s).unsqueeze(-1), c.unsqueeze(-2), s.unsqueeze(-2)
   # NB: summed as (1 + 4) + (2 + 3), a form symmetric in the row and the column, each coefficient formed before it
   # multiplies: `a` stays exactly symmetric (Hermitian)
-  rotated_a = ((_mul(_mul(ci, cj), a) + _mul(_mul(si, sj), a.flip(-1).flip(-2)))
-               + (_mul(_mul(ci, sj), a.flip(-1)) + _mul(_mul(si, cj), a.flip(-2))))
+  rotated_a = ((pairs.mul(pairs.mul(ci, cj), a) + pairs.mul(pairs.mul(si, sj), a.flip(-1).flip(-2)))
+               + (pairs.mul(pairs.mul(ci, sj), a.flip(-1)) + pairs.mul(pairs.mul(si, cj), a.flip(-2))))
   shift = t * apq
   new_diagonal = diagonal + (-shift).cat(shift.flip(-1), dim=-1)
   rows, cols = arange(size).reshape(size, 1), arange(size).reshape(1, size)
-  rotated_a = _where(rows == cols, new_diagonal.unsqueeze(-2), _where(rows + cols == size - 1, 0, rotated_a))
+  rotated_a = pairs.where(rows == cols, new_diagonal.unsqueeze(-2), pairs.where(rows + cols == size - 1, 0, rotated_a))
   out = [_ring_shift(_ring_shift(rotated_a, -1), -2).contiguous(),
-         _ring_shift(_mul(v, cj) + _mul(v.flip(-1), sj), -1).contiguous(),
+         _ring_shift(pairs.mul(v, cj) + pairs.mul(v.flip(-1), sj), -1).contiguous(),
          rotated.maximum(rotates.max(-1, keepdim=True).cast(rotated.dtype)).contiguous()]
   _realize(out)
   return out
@@ -166,15 +165,15 @@ def _svd_round(w, *rest, tolerance: float):
   *q, rotated, negligible = rest
   size = w.shape[-1]
   half = size // 2
-  norms = _real(_mul(_conj(w), w)).sum(-2)
-  dots = _mul(_conj(w), w.flip(-1)).sum(-2)[..., :half]  # w_p^H w_q
+  norms = pairs.real(pairs.mul(pairs.conj(w), w)).sum(-2)
+  dots = pairs.mul(pairs.conj(w), w.flip(-1)).sum(-2)[..., :half]  # w_p^H w_q
   alpha, beta = norms[..., :half], norms.flip(-1)[..., :half]
   live = (alpha > negligible) & (beta > negligible)
-  rotates = (_abs(dots) > tolerance * alpha.sqrt() * beta.sqrt()) & live
+  rotates = (pairs.magnitude(dots) > tolerance * alpha.sqrt() * beta.sqrt()) & live
   dots, phase = _off_diagonal(dots, rotates)
   _, (c, s) = _pair_rotations(_tangent(alpha, beta, dots), rotates, phase)
   c, s = c.unsqueeze(-2), s.unsqueeze(-2)
-  out = [_ring_shift(_mul(x, c) + _mul(x.flip(-1), s), -1).contiguous() for x in (w, *q)]
+  out = [_ring_shift(pairs.mul(x, c) + pairs.mul(x.flip(-1), s), -1).contiguous() for x in (w, *q)]
   out.append(rotated.maximum(rotates.max(-1, keepdim=True).cast(rotated.dtype)).contiguous())
   _realize(out)
   return out
@@ -183,9 +182,9 @@ def _svd_round(w, *rest, tolerance: float):
 def _realize(out: list):
   """Realizes a round's results: the real ones and the real parts, then the imaginary parts. NB: realized all at once,
   a complex round's results make kernels whose buffer slots the CL runtime misreads (IndexError in ops_cl)."""
-  Tensor.realize(*[_real(x) for x in out])
-  if _is_pair(*out):
-    Tensor.realize(*[x.im for x in out if _is_pair(x)])
+  Tensor.realize(*[pairs.real(x) for x in out])
+  if pairs.is_pair(*out):
+    Tensor.realize(*[x.im for x in out if pairs.is_pair(x)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -193,22 +192,22 @@ def _on_parts(round_fn, count: int):
   """round_fn of `count` complex matrices (Pairs) as a function of their parts (TinyJit captures Tensors)."""
   def run(*args):
     out = round_fn(*[Pair(args[2 * i], args[2 * i + 1]) for i in range(count)], *args[2 * count:])
-    return _tensors(out)
+    return pairs.tensors(out)
   return run
 
 
 def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
   """Sweeps of N-1 rounds of round_fn(*matrices, rotated, *extra) -> [*matrices, rotated] until a sweep rotates
   nothing, or MAX_SWEEPS; returns the matrices, each a buffer of its own (complex ones as Pairs)."""
-  if _is_pair(*matrices):
-    parts = _sweeps(_on_parts(round_fn, len(matrices)), device, _tensors(matrices), extra)
+  if pairs.is_pair(*matrices):
+    parts = _sweeps(_on_parts(round_fn, len(matrices)), device, pairs.tensors(matrices), extra)
     return [Pair(parts[2 * i], parts[2 * i + 1]) for i in range(len(matrices))]
   size = matrices[0].shape[-1]
   matrices = distinct_buffers(device, matrices)
   extra = distinct_buffers(device, extra, taken=matrices)
   # NB: inside another TinyJit's capture (TinyJits cannot nest) the rounds run plainly, and MAX_SWEEPS of them: a
   # host read there would freeze one run's count into the capture
-  jitted = not _capturing()
+  jitted = not capturing()
   step = round_fn
   if jitted:
     step = Alternating(functools.partial(step_jit, round_fn, device, (tuple(m.shape for m in matrices),
@@ -231,7 +230,7 @@ def _svd_round_for(tolerance: float):
 # --- before and after the sweeps
 def _nonfinite(x, axes=(-2, -1)):
   """Where x has a NaN or an infinity along `axes` (kept, size 1)."""
-  if _is_pair(x):
+  if pairs.is_pair(x):
     return _nonfinite(x.re, axes) | _nonfinite(x.im, axes)
   bad = fb.isnan(x) | (fb.fabs(x) == math.inf)
   for axis in axes:
@@ -242,7 +241,7 @@ def _nonfinite(x, axes=(-2, -1)):
 def _power_of_two_scale(x):
   """2^floor(log2(max |x|)) per matrix (batch + (1, 1)), at least the smallest normal number: dividing by it is exact,
   and brings the largest entry into [1, 2), so that no square in the rotations overflows or underflows."""
-  largest = _abs(x).max(-1, keepdim=True).max(-2, keepdim=True)
+  largest = pairs.magnitude(x).max(-1, keepdim=True).max(-2, keepdim=True)
   exponent_bits = fb.bits(largest) & fb.typed(fb.bits(largest), _exponent_mask(x.dtype))
   scale = exponent_bits.bitcast(x.dtype)
   return (scale == 0).where(float(np.finfo(_to_np_dtype(x.dtype)).tiny), scale)
@@ -271,7 +270,7 @@ def _reorder(x, order):
 
 def _reorder_columns(x, order):
   """A matrix's columns (batch + (R, n)) moved by `order`, bit for bit."""
-  if _is_pair(x):
+  if pairs.is_pair(x):
     return Pair(_reorder_columns(x.re, order), _reorder_columns(x.im, order))
   return pick(order.unsqueeze(-3), x.unsqueeze(-1), -2, _to_np_dtype(x.dtype))
 
@@ -281,21 +280,21 @@ def _sign_of_largest(x):
   (the sign rule of the vectors, batch + (1, n)): -1 where that entry is negative, else 1; for a complex x, its
   conjugate phase (1 for a zero column)."""
   rows = x.shape[-2]
-  size = _abs(x)
+  size = pairs.magnitude(x)
   position = arange(rows).reshape(rows, 1)
   first = (size == size.max(-2, keepdim=True)).where(position, rows).min(-2, keepdim=True)
-  largest = _at(position == first, x, -2)
-  if not _is_pair(x):
+  largest = pairs.at(position == first, x, -2)
+  if not pairs.is_pair(x):
     return (largest < 0).where(-1, 1).cast(x.dtype)
-  magnitude = _at(position == first, size, -2)
+  magnitude = pairs.at(position == first, size, -2)
   zero = magnitude == 0
-  return _where(zero, 1, _div(_conj(largest), zero.where(1, magnitude)))
+  return pairs.where(zero, 1, pairs.div(pairs.conj(largest), zero.where(1, magnitude)))
 
 
 def _unit_columns(x):
   """x's columns scaled to norm 1 (zero columns stay)."""
-  norm = _norm(x, -2)
-  return _div(x, (norm == 0).where(1, norm))
+  norm = pairs.norm(x, -2)
+  return pairs.div(x, (norm == 0).where(1, norm))
 
 
 def _jacobi_eigh(a, device: str):
@@ -307,12 +306,11 @@ def _jacobi_eigh(a, device: str):
   square of the vectors' error (~2.5 eps; measured on random symmetric matrices, n = 16..64)."""
   n = a.shape[-1]
   padded = _pad_to_even(a, (-2, -1))
-  size = padded.shape[-1]
   eye = _identity(padded.shape, a)
-  tiny = (_eps(a) * _abs(a).max(-1).max(-1, keepdim=True))
+  tiny = (_eps(a) * pairs.magnitude(a).max(-1).max(-1, keepdim=True))
   _, v = _sweeps(_eigh_round, device, [padded, eye], [tiny])
   v = _unit_columns(v[..., :n, :n])
-  return _real(_mul(_conj(v), _matmul(a, v))).sum(-2), v
+  return pairs.real(pairs.mul(pairs.conj(v), pairs.matmul(a, v))).sum(-2), v
 
 
 def _eigh_sorted(a, device: str):
@@ -320,7 +318,7 @@ def _eigh_sorted(a, device: str):
   w, v = _jacobi_eigh(a, device)
   order = _order(w, descending=False)
   v = _reorder_columns(v, order)
-  return _reorder(w, order), _mul(v, _sign_of_largest(v))
+  return _reorder(w, order), pairs.mul(v, _sign_of_largest(v))
 
 
 @real_and_complex("eigh", host_sync=True)
@@ -332,16 +330,16 @@ def _eigh(ctx, a, *, lower, sort_eigenvalues, subset_by_index, algorithm):
   rows, cols = arange(n).reshape(n, 1), arange(n).reshape(1, n)
   read = (rows >= cols) if lower else (rows <= cols)
   # (the rule realizes its work anyway: its results' expressions start here, never deeper than depth.py's bound)
-  triangle = _where(read, a, 0).contiguous()
+  triangle = pairs.where(read, a, 0).contiguous()
   bad = _nonfinite(triangle)
-  symmetric = _where(bad, 0, _where(rows == cols, _real(triangle), triangle + _adjoint(triangle)))
+  symmetric = pairs.where(bad, 0, pairs.where(rows == cols, pairs.real(triangle), triangle + pairs.adjoint(triangle)))
   scale = _power_of_two_scale(symmetric)
-  w, v = _eigh_sorted(_div(symmetric, scale), ctx.device)
+  w, v = _eigh_sorted(pairs.div(symmetric, scale), ctx.device)
   w = w * scale.reshape(*batch, 1)
   if subset_by_index is not None:
     start, end = subset_by_index
     w, v = w[..., start:end], v[..., start:end]
-  return [_where(bad, _nan(v), v), bad.reshape(*batch, 1).where(math.nan, w)]
+  return [pairs.where(bad, pairs.nan_like(v), v), bad.reshape(*batch, 1).where(math.nan, w)]
 
 
 def _identity(shape, like):
@@ -349,7 +347,7 @@ def _identity(shape, like):
   complex as `like`."""
   rows, cols = shape[-2:]
   eye = (arange(rows).reshape(rows, 1) == arange(cols).reshape(1, cols)).cast(like.dtype).expand(*shape)
-  return Pair(eye, eye.zeros_like()) if _is_pair(like) else eye
+  return Pair(eye, eye.zeros_like()) if pairs.is_pair(like) else eye
 
 
 def _complete(y, live, device: str):
@@ -362,11 +360,11 @@ def _complete(y, live, device: str):
   sorted ascending they are the last k - r: the positions of the columns that are not live."""
   rows, k = y.shape[-2:]
   top = y[..., :k, :]  # M^H: C's rows of y
-  g = _identity(top.shape, y) - _matmul(top, _adjoint(top))
+  g = _identity(top.shape, y) - pairs.matmul(top, pairs.adjoint(top))
   _, z = _eigh_sorted(g, device)
   candidates = z.pad(((0, 0),) * (z.ndim - 2) + ((0, rows - k), (0, 0))) if rows > k else z
-  p = candidates - _matmul(y, _matmul(_adjoint(top), z))
-  return _where(live, y, _div(p, _norm(p, -2)))
+  p = candidates - pairs.matmul(y, pairs.matmul(pairs.adjoint(top), z))
+  return pairs.where(live, y, pairs.div(p, pairs.norm(p, -2)))
 
 
 def _empty_svd(ctx, a, full_matrices: bool, compute_uv: bool) -> list:
@@ -375,7 +373,7 @@ def _empty_svd(ctx, a, full_matrices: bool, compute_uv: bool) -> list:
   outs = [Tensor.zeros(*ctx.out_avals[0].shape, dtype=a.dtype, device=ctx.device)]
   if compute_uv:
     for aval in ctx.out_avals[1:]:
-      outs.append(_identity(aval.shape, a).contiguous() if full_matrices else _zeros(aval.shape, a, ctx.device))
+      outs.append(_identity(aval.shape, a).contiguous() if full_matrices else pairs.zeros(aval.shape, a, ctx.device))
   return outs
 
 
@@ -393,14 +391,14 @@ def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
     return _empty_svd(ctx, a, full_matrices, compute_uv)
   a = a.contiguous()  # (the rule realizes its work anyway: its results' expressions start here)
   bad = _nonfinite(a)
-  scale = _power_of_two_scale(_where(bad, 0, a))
-  x = _div(_where(bad, 0, a), scale)
+  scale = _power_of_two_scale(pairs.where(bad, 0, a))
+  x = pairs.div(pairs.where(bad, 0, a), scale)
   wide = compute_uv and full_matrices and m != n
   transposed = (m < n) != wide
-  x = _adjoint(x) if transposed else x
+  x = pairs.adjoint(x) if transposed else x
   rows, cols = x.shape[-2:]
   eps = _eps(x)
-  norm = _real(_mul(_conj(x), x)).sum(-1).sum(-1, keepdim=True).sqrt()  # |X|_F, batch + (1,)
+  norm = pairs.real(pairs.mul(pairs.conj(x), x)).sum(-1).sum(-1, keepdim=True).sqrt()  # |X|_F, batch + (1,)
   negligible = (NEGLIGIBLE * eps * norm).square()
   work = [_pad_to_even(x, (-1,))]
   work.append(_identity(batch + [work[0].shape[-1]] * 2, x))
@@ -408,7 +406,7 @@ def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
   w, q = w[..., :cols], _unit_columns(q[..., :cols, :cols])
   # NB: sigma_j = |X q_j| for the normalized q_j, not |w_j|: w carries the rounding of every rotation (~15 eps
   # relative at n = 30-60, 40 at 64), X q_j one product's and the square of q's error (~0.5 eps, LAPACK's)
-  sigma = _norm(_matmul(x, q), -2).squeeze(-2)
+  sigma = pairs.norm(pairs.matmul(x, q), -2).squeeze(-2)
   order = _order(sigma, descending=True)
   sigma = _reorder(sigma, order)
   flat_bad = bad.reshape(*batch, 1)
@@ -420,13 +418,13 @@ def _svd(ctx, a, *, full_matrices, compute_uv, subset_by_index, algorithm=None):
   w = _reorder_columns(w, order)[..., :k]
   q = _reorder_columns(q, order)
   live = sigma[..., :k].unsqueeze(-2) > NEGLIGIBLE * eps * norm.unsqueeze(-1)
-  y = _where(live, _unit_columns(w), 0)
+  y = pairs.where(live, _unit_columns(w), 0)
   if not live.min().item():  # a (numerically) rank-deficient member: its vectors for the zero singular values
     y = _complete(y, live, ctx.device).contiguous()
   u, v = (q, y) if transposed else (y, q)
   sign_u, sign_v = _sign_of_largest(u), _sign_of_largest(v)
-  u, v = _mul(u, sign_u), _mul(v, _cat([sign_u[..., :k], sign_v[..., k:]], dim=-1))
+  u, v = pairs.mul(u, sign_u), pairs.mul(v, pairs.cat([sign_u[..., :k], sign_v[..., k:]], dim=-1))
   if not full_matrices:
     u, v = u[..., :k], v[..., :k]
-  vt = _adjoint(v)
-  return [s[..., start:end], _where(bad, _nan(u), u[..., start:end]), _where(bad, _nan(vt), vt[..., start:end, :])]
+  vt = pairs.adjoint(v)
+  return [s[..., start:end], pairs.where(bad, pairs.nan_like(u), u[..., start:end]), pairs.where(bad, pairs.nan_like(vt), vt[..., start:end, :])]

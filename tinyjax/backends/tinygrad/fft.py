@@ -20,7 +20,7 @@ from tinygrad import Tensor
 from tinygrad.dtype import _to_np_dtype
 
 from tinyjax.backends.tinygrad import device
-from tinyjax.backends.tinygrad.carried import is_complex, real_dtype
+from tinyjax.backends.tinygrad.carried import is_complex
 from tinyjax.backends.tinygrad.complexmath import paired, parts
 from tinyjax.backends.tinygrad.table import register_complex
 

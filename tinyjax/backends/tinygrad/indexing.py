@@ -15,7 +15,7 @@ from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad.contraction import _windows, dtype_limit
+from tinyjax.backends.tinygrad.contraction import window_views, dtype_limit
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
@@ -380,6 +380,6 @@ def _select_and_gather_add(ctx, tangents, operand, *, select_prim, window_dimens
   window = dict(window_dimensions=window_dimensions, window_strides=window_strides, padding=padding,
                 base_dilation=base_dilation, window_dilation=window_dilation)
   init = dtype_limit(dtype, largest=select_prim.name == "le")
-  keys = _windows(operand, init, window).flatten(ctx.out_aval.ndim)
-  values = _windows(tangents, 0, window).flatten(ctx.out_aval.ndim)
+  keys = window_views(operand, init, window).flatten(ctx.out_aval.ndim)
+  values = window_views(tangents, 0, window).flatten(ctx.out_aval.ndim)
   return _walk(keys, values, _SELECT[select_prim.name], init, 0).cast(tg_dtype(dtype))

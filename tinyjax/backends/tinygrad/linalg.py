@@ -32,180 +32,13 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import _to_np_dtype
 
-from tinyjax.backends.tinygrad import complexmath
+from tinyjax.backends.tinygrad import pairs
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.carried import is_complex
-from tinyjax.backends.tinygrad.control_flow import Alternating, _capturing, step_jit
 from tinyjax.backends.tinygrad.indexing import arange, pick
-from tinyjax.backends.tinygrad.replay import distinct_buffers
-from tinyjax.backends.tinygrad.table import register, register_complex
-
-
-class Pair:
-  """A complex Tensor inside these rules, as its real and imaginary parts (float Tensors of one shape): each rule is
-  written once for real and complex matrices, with the arithmetic below (`_mul`, `_conj`, `_where`, `_abs`, ...), which
-  is the real one for a Tensor. Tensor methods that move or reduce entries (transpose, pad, sum, indexing, ...) apply
-  to both parts; + - * / take a Pair on the left (a Tensor on the left refuses a Pair)."""
-  __slots__ = ("re", "im")
-
-  def __init__(self, re, im):
-    self.re, self.im = re, im
-
-  @staticmethod
-  def of(z):
-    """The Pair of a complex operand as the backend carries it (float[..., 2])."""
-    return Pair(z[..., 0], z[..., 1])
-
-  def carried(self):
-    return complexmath.paired(self.re, self.im)
-
-  shape = property(lambda self: self.re.shape)
-  ndim = property(lambda self: self.re.ndim)
-  dtype = property(lambda self: self.re.dtype)
-
-  def __getattr__(self, name):
-    method = getattr(Tensor, name)
-    return lambda *args, **kwargs: Pair(method(self.re, *args, **kwargs), method(self.im, *args, **kwargs))
-
-  def __getitem__(self, index):
-    return Pair(self.re[index], self.im[index])
-
-  def __add__(self, other):
-    return Pair(self.re + other.re, self.im + other.im) if isinstance(other, Pair) else Pair(self.re + other, self.im)
-
-  def __sub__(self, other):
-    return Pair(self.re - other.re, self.im - other.im) if isinstance(other, Pair) else Pair(self.re - other, self.im)
-
-  def __rsub__(self, other):  # NB: other - (re + im j) has the imaginary part 0 - im (+0 for im = -0 as for +0)
-    return Pair(other - self.re, self.im.zeros_like() - self.im)
-
-  def __neg__(self):
-    return Pair(-self.re, -self.im)
-
-  def __mul__(self, other):
-    return _mul(self, other)
-
-  __radd__, __rmul__ = __add__, __mul__
-
-
-def _is_pair(*xs) -> bool:
-  return any(isinstance(x, Pair) for x in xs)
-
-
-def _parts(x):
-  """x's real and imaginary parts (0 for a real x)."""
-  return (x.re, x.im) if isinstance(x, Pair) else (x, 0)
-
-
-def _mul(x, y):
-  if not _is_pair(x, y):
-    return x * y
-  if not _is_pair(y):
-    return Pair(x.re * y, x.im * y)
-  if not _is_pair(x):
-    return Pair(y.re * x, y.im * x)
-  return Pair(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
-
-
-def _div(x, y):
-  """x / y, for a complex y by Smith's algorithm (complexmath.quotient)."""
-  if _is_pair(y):
-    return Pair.of(complexmath.quotient(_lift(x, y).carried(), y.carried()))
-  return Pair(fm.div(x.re, y), fm.div(x.im, y)) if _is_pair(x) else fm.div(x, y)
-
-
-def _lift(x, like):
-  """x (a Pair, Tensor or number) as a Pair of like's shape and dtype."""
-  if isinstance(x, Pair):
-    return x
-  re = x if isinstance(x, Tensor) else Tensor.full(like.shape, x, dtype=like.dtype, device=like.re.device)
-  return Pair(re, re.zeros_like())
-
-
-def _matmul(x, y):
-  if not _is_pair(x, y):
-    return x @ y
-  (a, b), (c, d) = _parts(_lift(x, y)), _parts(_lift(y, x))
-  return Pair(a @ c - b @ d, a @ d + b @ c)
-
-
-def _conj(x):
-  return Pair(x.re, -x.im) if _is_pair(x) else x
-
-
-def _adjoint(x):
-  """The conjugate transpose of a matrix (batch + (m, n)), its transpose for a real one."""
-  return _conj(x.transpose(-1, -2))
-
-
-def _real(x):
-  return x.re if _is_pair(x) else x
-
-
-def _abs(x):
-  return _hypot(x.re, x.im) if _is_pair(x) else fb.fabs(x)
-
-
-def _abs1(x):
-  """|re| + |im|: the size LAPACK's pivot searches compare for complex entries (izamax)."""
-  return fb.fabs(x.re) + fb.fabs(x.im) if _is_pair(x) else fb.fabs(x)
-
-
-def _nonzero(x):
-  return fb.nonzero(x.re) | fb.nonzero(x.im) if _is_pair(x) else fb.nonzero(x)
-
-
-def _where(mask, x, y):
-  if not _is_pair(x, y):
-    return mask.where(x, y)
-  (a, b), (c, d) = _parts(x), _parts(y)
-  return Pair(mask.where(a, c), mask.where(b, d))
-
-
-def _cat(xs: list, dim: int):
-  if _is_pair(*xs):
-    xs = [x if _is_pair(x) else Pair(x, x.zeros_like()) for x in xs]
-    return Pair(Tensor.cat(*[x.re for x in xs], dim=dim), Tensor.cat(*[x.im for x in xs], dim=dim))
-  return Tensor.cat(*xs, dim=dim)
-
-
-def _nan(like):
-  """NaN as a value of like's kind (NaN + NaN j for a complex one, as XLA's)."""
-  return Pair(math.nan, math.nan) if _is_pair(like) else math.nan
-
-
-def _tensors(xs: list) -> list:
-  """The Tensors of a list of Tensors and Pairs, each Pair as its two parts."""
-  return [t for x in xs for t in ((x.re, x.im) if _is_pair(x) else (x,))]
-
-
-def _zeros(shape, like, device):
-  zeros = Tensor.zeros(*shape, dtype=like.dtype, device=device)
-  return Pair(zeros, zeros) if _is_pair(like) else zeros
-
-
-def _at(mask, x, axis: int):
-  """The entry of x where `mask` holds along `axis` (the axis kept, with size 1), moved bit for bit (-0.0 too)."""
-  if _is_pair(x):
-    return Pair(_at(mask, x.re, axis), _at(mask, x.im, axis))
-  return pick(mask, x, axis, _to_np_dtype(x.dtype)).unsqueeze(axis)
-
-
-def real_and_complex(*names: str, **options):
-  """Decorator: `rule` implements the primitives `names` for real and complex operands alike: a complex operand
-  reaches it as a Pair, and a Pair it returns leaves as its carried pairs. `options` as register's."""
-  def decorate(rule):
-    register(*names, **options)(rule)
-
-    def complex_rule(ctx, *operands, **params):
-      operands = [Pair.of(x) if is_complex(aval.dtype) else x for x, aval in zip(operands, ctx.in_avals)]
-      out = rule(ctx, *operands, **params)
-      carried = lambda x: x.carried() if isinstance(x, Pair) else x
-      return [carried(x) for x in out] if isinstance(out, list) else carried(out)
-    register_complex(*names)(complex_rule)
-    return rule
-  return decorate
+from tinyjax.backends.tinygrad.pairs import Pair, real_and_complex
+from tinyjax.backends.tinygrad.replay import Alternating, capturing, distinct_buffers, step_jit
+from tinyjax.backends.tinygrad.table import register
 
 
 def _index_grid(rows: int, cols: int):
@@ -225,19 +58,19 @@ def _cholesky(ctx, a):
   failed = Tensor.zeros(*batch, 1, 1, dtype=dtypes.bool, device=ctx.device)
   work, failed = _loop(_cholesky_step, range(n), [a, failed], [], ctx.device)
   rows, cols = _index_grid(n, n)
-  return _where(failed, _nan(a), _where(rows >= cols, work, a))
+  return pairs.where(failed, pairs.nan_like(a), pairs.where(rows >= cols, work, a))
 
 
 def _cholesky_step(j, work, failed):
   n = work.shape[-1]
   rows, cols = _index_grid(n, n)
-  diagonal_column = _at(cols == j, work, -1)
-  pivot = _real(_at(rows == j, diagonal_column, -2))
+  diagonal_column = pairs.at(cols == j, work, -1)
+  pivot = pairs.real(pairs.at(rows == j, diagonal_column, -2))
   fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
   root = pivot.sqrt()
-  column = _where(rows == j, root, _div(diagonal_column, root))
+  column = pairs.where(rows == j, root, pairs.div(diagonal_column, root))
   trailing = (rows > j) & (cols > j)
-  return [_where((rows >= j) & (cols == j), column, _where(trailing, work - _mul(column, _adjoint(column)), work)),
+  return [pairs.where((rows >= j) & (cols == j), column, pairs.where(trailing, work - pairs.mul(column, pairs.adjoint(column)), work)),
           failed | fails]
 
 
@@ -249,10 +82,10 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
   substitution."""
   m = a.shape[-1]
   rows, cols = _index_grid(m, m)
-  a = _where((rows >= cols) if lower else (rows <= cols), a, 0)
+  a = pairs.where((rows >= cols) if lower else (rows <= cols), a, 0)
   if unit_diagonal:
-    a = _where(rows == cols, 1, a)
-  a = _conj(a) if conjugate_a else a
+    a = pairs.where(rows == cols, 1, a)
+  a = pairs.conj(a) if conjugate_a else a
   transposed = transpose_a == left_side
   matrix = a.transpose(-1, -2) if transposed else a
   forward = lower != transposed  # the matrix solved with is lower triangular: substitute from the top
@@ -265,10 +98,10 @@ def _triangular_solve(ctx, a, b, *, left_side, lower, transpose_a, conjugate_a, 
 def _substitution_step(j, x, matrix, *, forward, unit_diagonal):
   """Row j of x solved, and eliminated from the rows solved after it."""
   rows, cols = _index_grid(*matrix.shape[-2:])
-  solved, matrix_column = _at(rows == j, x, -2), _at(cols == j, matrix, -1)
-  solved = solved if unit_diagonal else _div(solved, _at(rows == j, matrix_column, -2))
+  solved, matrix_column = pairs.at(rows == j, x, -2), pairs.at(cols == j, matrix, -1)
+  solved = solved if unit_diagonal else pairs.div(solved, pairs.at(rows == j, matrix_column, -2))
   later = rows > j if forward else rows < j
-  return [_where(rows == j, solved, _where(later, x - _mul(matrix_column, solved), x))]
+  return [pairs.where(rows == j, solved, pairs.where(later, x - pairs.mul(matrix_column, solved), x))]
 
 
 def _permutation(pivots, size: int, device: str):
@@ -306,16 +139,16 @@ def _elimination_step(k, a, pivots):
   """getrf's step k: the pivot row swapped into row k, and column k eliminated below it."""
   m, n = a.shape[-2:]
   rows, cols = _index_grid(m, n)
-  size = (rows >= k).where(_abs1(_at(cols == k, a, -1)), -1)
+  size = (rows >= k).where(pairs.abs1(pairs.at(cols == k, a, -1)), -1)
   first_largest = (size == size.max(-2, keepdim=True)).where(rows, m).min(-2, keepdim=True)
   pivot_row = (first_largest == m).where(k, first_largest)  # a NaN column has no largest: keep row k
   at_pivot, at_k = rows == pivot_row, rows == k
-  a = _where(at_k, _at(at_pivot, a, -2), _where(at_pivot, _at(at_k, a, -2), a))
-  column, row = _at(cols == k, a, -1), _at(at_k, a, -2)
-  pivot = _at(at_k, column, -2)
-  multipliers = _where(_nonzero(pivot), _mul(column, _div(1, pivot)), column)
+  a = pairs.where(at_k, pairs.at(at_pivot, a, -2), pairs.where(at_pivot, pairs.at(at_k, a, -2), a))
+  column, row = pairs.at(cols == k, a, -1), pairs.at(at_k, a, -2)
+  pivot = pairs.at(at_k, column, -2)
+  multipliers = pairs.where(pairs.nonzero(pivot), pairs.mul(column, pairs.div(1, pivot)), column)
   below = rows > k
-  return [_where(below & (cols == k), multipliers, _where(below & (cols > k), a - _mul(multipliers, row), a)),
+  return [pairs.where(below & (cols == k), multipliers, pairs.where(below & (cols > k), a - pairs.mul(multipliers, row), a)),
           (arange(pivots.shape[-1]) == k).where(pivot_row, pivots)]
 
 
@@ -324,36 +157,12 @@ def _lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
   return _permutation(pivots, permutation_size, ctx.device)
 
 
-def _norm(x, axis: int):
-  """The Euclidean norm along `axis` (kept), scaled by the largest |entry| so that, as in LAPACK's nrm2, neither huge
-  entries overflow nor tiny ones underflow. An infinite entry gives inf, or NaN with a NaN among the entries (what
-  the sum of |entries| gives). A complex x's norm is that of its parts."""
-  if _is_pair(x):
-    return _norm(x.re.cat(x.im, dim=axis), axis)
-  size = fb.fabs(x)
-  scale = size.max(axis, keepdim=True)  # NB: tinygrad's max skips NaN; the NaN still reaches the sum below
-  infinite = scale == math.inf
-  divisor = ((scale == 0) | infinite).where(1, scale)
-  # NB: fm.div: tinygrad rewrites (x * (1 / scale))^2 into x^2 * (1 / scale)^2, which overflows again
-  scaled = fm.div(x, divisor)
-  return infinite.where(size.sum(axis, keepdim=True), scale * (scaled * scaled).sum(axis, keepdim=True).sqrt())
-
-
-def _hypot(x, y):
-  """sqrt(x^2 + y^2) as LAPACK's lapy2: NaN if either is, the larger |value| when the smaller is 0 or it is inf."""
-  x_size, y_size = fb.fabs(x), fb.fabs(y)
-  larger, smaller = x_size.maximum(y_size), x_size.minimum(y_size)
-  exact = (smaller == 0) | (larger == math.inf)
-  result = exact.where(larger, larger * (1 + fm.div(smaller, exact.where(1, larger)).square()).sqrt())
-  return (fb.isnan(x) | fb.isnan(y)).where(math.nan, result)
-
-
 def _step(j: int, device: str):
   """Step j's index as a (1, 1) Tensor holding it as data: a Python int would be a constant in each kernel's code, so
   every step of a loop would compile kernels of its own; with the index as data, the steps' kernels are the same
   programs and compile once. Outside a TinyJit's capture, a buffer made once (a capture would record the copy that
   fills it without running it)."""
-  return Tensor([[j]], dtype=dtypes.int32, device=device) if _capturing() else _step_buffer(j, device)
+  return Tensor([[j]], dtype=dtypes.int32, device=device) if capturing() else _step_buffer(j, device)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -365,41 +174,41 @@ def _loop(step, indices, state: list, consts: list, device: str, **options) -> l
   """state = step(j, *state, *consts, **options) for each j of `indices` (passed as data, _step), each step's state
   realized (Tensors and Pairs; `step` a module-level function, `options` hashable).
 
-  NB: outside a TinyJit's capture the step is replayed by TinyJits of it (control_flow.step_jit, two in turn), shared
+  NB: outside a TinyJit's capture the step is replayed by TinyJits of it (replay.step_jit, two in turn), shared
   by every loop of that step, options and layout in the process: tinygrad schedules each realize anew (tens of
   milliseconds for a step of these rules, n of them per factorization), a replay launches its kernels. Inside a
   capture (TinyJits cannot nest) the steps run plainly, and the capture records them."""
-  pairs, n_state = tuple(_is_pair(x) for x in [*state, *consts]), len(state)
-  run = _flat_step(step, pairs, n_state, tuple(sorted(options.items())))
-  state, consts = _tensors(state), _tensors(consts)
-  jitted = not _capturing()
+  kinds, n_state = tuple(pairs.is_pair(x) for x in [*state, *consts]), len(state)
+  run = _flat_step(step, kinds, n_state, tuple(sorted(options.items())))
+  state, consts = pairs.tensors(state), pairs.tensors(consts)
+  jitted = not capturing()
   if jitted:
     state = distinct_buffers(device, state)
     consts = distinct_buffers(device, consts, taken=state)
-    layout = (pairs, tuple((x.shape, x.dtype) for x in [*state, *consts]))
+    layout = (kinds, tuple((x.shape, x.dtype) for x in [*state, *consts]))
     run = Alternating(functools.partial(step_jit, run, device, layout))
   for j in indices:
     state = run(_step(j, device), *state, *consts)
   if jitted:  # NB: TinyJit reuses its output buffers on every replay: the state is copied out of them
     state = distinct_buffers(device, state, taken=state)
-  return _from_tensors(state, pairs[:n_state])
+  return _from_tensors(state, kinds[:n_state])
 
 
 @functools.lru_cache(maxsize=None)
-def _flat_step(step, pairs: tuple, n_state: int, options: tuple):
-  """`step` as a function of Tensors (each Pair as its two parts, `pairs` saying which), its state realized."""
+def _flat_step(step, kinds: tuple, n_state: int, options: tuple):
+  """`step` as a function of Tensors (each Pair as its two parts, `kinds` saying which), its state realized."""
   def run(j, *tensors):
-    values = _from_tensors(tensors, pairs)
+    values = _from_tensors(tensors, kinds)
     out = step(j, *values[:n_state], *values[n_state:], **dict(options))
     # NB: realized together (shared work done once), as distinct buffers: TinyJit takes them back as its inputs
-    return distinct_buffers(j.device, _tensors(out), taken=tensors)
+    return distinct_buffers(j.device, pairs.tensors(out), taken=tensors)
   return run
 
 
-def _from_tensors(tensors, pairs: tuple) -> list:
-  """The values whose Tensors (_tensors) these are, `pairs` saying which are Pairs."""
+def _from_tensors(tensors, kinds: tuple) -> list:
+  """The values whose Tensors (pairs.tensors) these are, `kinds` saying which are Pairs."""
   values, tensors = [], list(tensors)
-  for pair in pairs:
+  for pair in kinds:
     values.append(Pair(tensors.pop(0), tensors.pop(0)) if pair else tensors.pop(0))
   return values
 
@@ -410,23 +219,23 @@ def _reflect(a, v, tau, rows, cols, j, first_col):
   entry, nor in the columns after the last one with a nonzero entry in those rows (so an inf or NaN there is not
   multiplied by a zero into NaN). (LAPACK's callers pass conj(tau) where they apply H^H.)"""
   from_j, columns = rows >= j, cols >= first_col
-  last_row = (from_j & _nonzero(v)).where(rows, j).max(-2, keepdim=True)
+  last_row = (from_j & pairs.nonzero(v)).where(rows, j).max(-2, keepdim=True)
   in_v = from_j & (rows <= last_row)
-  v = _where(in_v, v, 0)
-  last_col = (columns & (in_v & _nonzero(a)).max(-2, keepdim=True)).where(cols, -1).max(-1, keepdim=True)
-  w = _where(in_v, _mul(_conj(v), a), 0).sum(-2, keepdim=True)
-  touched = in_v & columns & (cols <= last_col) & _nonzero(tau)
-  return _where(touched, a - _mul(_mul(tau, v), w), a)
+  v = pairs.where(in_v, v, 0)
+  last_col = (columns & (in_v & pairs.nonzero(a)).max(-2, keepdim=True)).where(cols, -1).max(-1, keepdim=True)
+  w = pairs.where(in_v, pairs.mul(pairs.conj(v), a), 0).sum(-2, keepdim=True)
+  touched = in_v & columns & (cols <= last_col) & pairs.nonzero(tau)
+  return pairs.where(touched, a - pairs.mul(pairs.mul(tau, v), w), a)
 
 
 def _reflector(packed, i, rows, cols):
   """Reflector i's vector v from below the diagonal of `packed` (v[i] = 1, zero above), shaped batch + (m, 1)."""
-  return _where(rows == i, 1, _where(rows > i, _at(cols == i, packed, -1), 0))
+  return pairs.where(rows == i, 1, pairs.where(rows > i, pairs.at(cols == i, packed, -1), 0))
 
 
 def _tau(taus, i):
   """taus[..., i] shaped batch + (1, 1)."""
-  return _at(arange(taus.shape[-1]) == i, taus.unsqueeze(-2), -1)
+  return pairs.at(arange(taus.shape[-1]) == i, taus.unsqueeze(-2), -1)
 
 
 def _householder_vector(column, top, rows):
@@ -436,32 +245,32 @@ def _householder_vector(column, top, rows):
   the column as larfg leaves it: beta at top, v below (the reflector's storage), the rows above unchanged. A column
   already zero below top (and real at top) gets tau = 0 and stays."""
   at_top, below = rows == top, rows > top
-  alpha = _at(at_top, column, -2)
-  x = _where(below, column, 0)
-  x_norm = _norm(x, -2)
+  alpha = pairs.at(at_top, column, -2)
+  x = pairs.where(below, column, 0)
+  x_norm = pairs.norm(x, -2)
   # NB: true for NaN, which then spreads as in LAPACK; (x_norm + |im alpha| tested once: POCL miscompiles the `|` of the two
   # tests in the kernel that stores v)
-  reflects = fb.nonzero(x_norm + fb.fabs(alpha.im) if _is_pair(alpha) else x_norm)
-  beta = -fb.with_sign(_hypot(_abs(alpha), x_norm), _real(alpha))
-  tau = _where(reflects, _div(-(alpha - beta), beta), 0)
-  v = _mul(x, _div(1, alpha - beta))  # LAPACK scales by the reciprocal too
-  return _where(at_top, 1, v), tau, _where(at_top, _where(reflects, beta, alpha),
-                                           _where(below & reflects, v, column))
+  reflects = fb.nonzero(x_norm + fb.fabs(alpha.im) if pairs.is_pair(alpha) else x_norm)
+  beta = -fb.with_sign(pairs.hypot(pairs.magnitude(alpha), x_norm), pairs.real(alpha))
+  tau = pairs.where(reflects, pairs.div(-(alpha - beta), beta), 0)
+  v = pairs.mul(x, pairs.div(1, alpha - beta))  # LAPACK scales by the reciprocal too
+  return pairs.where(at_top, 1, v), tau, pairs.where(at_top, pairs.where(reflects, beta, alpha),
+                                           pairs.where(below & reflects, v, column))
 
 
 def _householder_step(a, j, rows, cols):
   """Step j of LAPACK's geqr2 (and laqp2): reflector j reduces column j below the diagonal and is applied to the
   columns after it. Returns the new `a` and tau."""
   at_col = cols == j
-  v, tau, column = _householder_vector(_at(at_col, a, -1), j, rows)
-  return _where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, j, j + 1)), tau
+  v, tau, column = _householder_vector(pairs.at(at_col, a, -1), j, rows)
+  return pairs.where(at_col, column, _reflect(a, v, pairs.conj(tau), rows, cols, j, j + 1)), tau
 
 
 def _no_taus(batch: tuple, k: int, like, device: str):
   """Room for k taus, shaped batch + (1, k).
   NB: each step stores its tau and is made a buffer: 100 lazy taus concatenated at the end were one graph over every
   step's matrix, which tinygrad took 11 GB to schedule (a 2 x 200 x 100 qr)."""
-  return _zeros((*batch, 1, k), like, device)
+  return pairs.zeros((*batch, 1, k), like, device)
 
 
 def _tau_positions(taus):
@@ -481,7 +290,7 @@ def _geqrf(a, device: str):
 def _geqr2_step(j, a, taus):
   rows, cols = _index_grid(*a.shape[-2:])
   a, tau = _householder_step(a, j, rows, cols)
-  return [a, _where(_tau_positions(taus) == j, tau, taus)]
+  return [a, pairs.where(_tau_positions(taus) == j, tau, taus)]
 
 
 def _geqp3(a, device: str):
@@ -492,7 +301,7 @@ def _geqp3(a, device: str):
   NB: norms that a downdate leaves equal in exact arithmetic are told apart by rounding, LAPACK's own (its nrm2, its
   gemv's order) there, so such a tie may go the other way (tests/xfail.py)."""
   *batch, m, n = a.shape
-  norms = _norm(a, -2)  # LAPACK's vn1, downdated
+  norms = pairs.norm(a, -2)  # LAPACK's vn1, downdated
   exact_norms = norms  # LAPACK's vn2: each norm as last computed
   order = arange(n).reshape(1, n).expand(*batch, 1, n)
   k = min(m, n)
@@ -511,15 +320,15 @@ def _laqp2_step(i, a, order, norms, exact_norms, taus):
   largest = remaining.where(norms, -1).max(-1, keepdim=True)  # NB: tinygrad's max skips NaN
   pivot = (remaining & (norms == largest)).where(cols, n).min(-1, keepdim=True)
   # LAPACK's idamax keeps its first candidate unless a later one is larger: a NaN there (or everywhere) stays
-  pivot = ((pivot == n) | fb.isnan(_at(at_i, norms, -1))).where(i, pivot)
+  pivot = ((pivot == n) | fb.isnan(pairs.at(at_i, norms, -1))).where(i, pivot)
   at_pivot = cols == pivot
-  a, order, norms, exact_norms = [_where(at_i, _at(at_pivot, x, -1), _where(at_pivot, _at(at_i, x, -1), x))
+  a, order, norms, exact_norms = [pairs.where(at_i, pairs.at(at_pivot, x, -1), pairs.where(at_pivot, pairs.at(at_i, x, -1), x))
                                   for x in (a, order, norms, exact_norms)]
   a, tau = _householder_step(a, i, rows, cols)
-  taus = _where(_tau_positions(taus) == i, tau, taus)
-  fraction = (1 - fm.div(_abs(_at(rows == i, a, -2)), norms).square()).maximum(0)
+  taus = pairs.where(_tau_positions(taus) == i, tau, taus)
+  fraction = (1 - fm.div(pairs.magnitude(pairs.at(rows == i, a, -2)), norms).square()).maximum(0)
   inaccurate = fraction * fm.div(norms, exact_norms).square() <= recompute_below
-  recomputed = _norm(_where(rows > i, a, 0), -2)
+  recomputed = pairs.norm(pairs.where(rows > i, a, 0), -2)
   downdated = inaccurate.where(recomputed, norms * fraction.sqrt())
   update = (cols > i) & fb.nonzero(norms)
   return [a, order, update.where(downdated, norms), (update & inaccurate).where(recomputed, exact_norms), taus]
@@ -532,7 +341,7 @@ def _orgqr(a, taus, device: str):
   *batch, m, n = a.shape
   k = taus.shape[-1]
   rows, cols = _index_grid(m, n)
-  q = _where(cols >= k, (rows == cols).cast(a.dtype), a)
+  q = pairs.where(cols >= k, (rows == cols).cast(a.dtype), a)
   (q,) = _loop(_org2r_step, reversed(range(k)), [q], [taus], device)
   return q
 
@@ -541,10 +350,10 @@ def _org2r_step(i, q, taus):
   rows, cols = _index_grid(*q.shape[-2:])
   tau, v = _tau(taus, i), _reflector(q, i, rows, cols)
   q = _reflect(q, v, tau, rows, cols, i, i + 1)
-  scaled = _mul(-tau, v)
-  if _is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
-    scaled = _where(_nonzero(tau), scaled, 0)
-  return [_where(cols == i, _where(rows > i, scaled, _where(rows == i, 1 - tau, 0)), q)]
+  scaled = pairs.mul(-tau, v)
+  if pairs.is_pair(tau):  # NB: OpenBLAS's zscal by 0 writes zeros (+0, where -tau v has -0 parts)
+    scaled = pairs.where(pairs.nonzero(tau), scaled, 0)
+  return [pairs.where(cols == i, pairs.where(rows > i, scaled, pairs.where(rows == i, 1 - tau, 0)), q)]
 
 
 @real_and_complex("householder_product", stepped=True)
@@ -557,17 +366,17 @@ def _ormqr(ctx, a, taus, c, *, left, transpose):
   """Q c, Q^H c, c Q or c Q^H with Q = H_0 H_1 ... H_{k-1} (transpose is the conjugate transpose for complex
   matrices), as LAPACK's orm2r / unm2r: the reflectors are applied to c one by one, first to last as H_i^H (tau
   conjugated) for Q^H c (and c Q, computed as (Q^H c^H)^H), last to first for Q c."""
-  c = c if left else _adjoint(c)
+  c = c if left else pairs.adjoint(c)
   k = taus.shape[-1]
   adjoint = transpose == left
   (c,) = _loop(_orm2r_step, range(k) if adjoint else reversed(range(k)), [c], [a, taus], ctx.device, adjoint=adjoint)
-  return c if left else _adjoint(c)
+  return c if left else pairs.adjoint(c)
 
 
 def _orm2r_step(i, c, a, taus, *, adjoint):
   rows, cols = _index_grid(*c.shape[-2:])
   reflector_cols = arange(a.shape[-1]).unsqueeze(-2)
-  tau = _conj(_tau(taus, i)) if adjoint else _tau(taus, i)
+  tau = pairs.conj(_tau(taus, i)) if adjoint else _tau(taus, i)
   return [_reflect(c, _reflector(a, i, rows, reflector_cols), tau, rows, cols, i, 0)]
 
 
@@ -592,11 +401,11 @@ def _gehd2_step(j, a, taus):
   rows, cols = _index_grid(*a.shape[-2:])
   below_j = j + 1
   at_col = cols == j
-  v, tau, column = _householder_vector(_at(at_col, a, -1), below_j, rows)
+  v, tau, column = _householder_vector(pairs.at(at_col, a, -1), below_j, rows)
   # H from the right (A H = (H^H A^H)^H), then H^H from the left
-  a = _adjoint(_reflect(_adjoint(a), v, _conj(tau), rows, cols, below_j, 0))
-  return [_where(at_col, column, _reflect(a, v, _conj(tau), rows, cols, below_j, below_j)),
-          _where(_tau_positions(taus) == j, tau, taus)]
+  a = pairs.adjoint(_reflect(pairs.adjoint(a), v, pairs.conj(tau), rows, cols, below_j, 0))
+  return [pairs.where(at_col, column, _reflect(a, v, pairs.conj(tau), rows, cols, below_j, below_j)),
+          pairs.where(_tau_positions(taus) == j, tau, taus)]
 
 
 @real_and_complex("qr", stepped=True)
@@ -613,7 +422,7 @@ def _qr(ctx, a, *, pivoting, full_matrices, use_magma):
     q = _orgqr(packed, taus, ctx.device)
     packed = packed[..., :n, :]
   rows, cols = _index_grid(*packed.shape[-2:])
-  return [q, _where(rows <= cols, packed, 0), *permutation]
+  return [q, pairs.where(rows <= cols, packed, 0), *permutation]
 
 
 @register("cholesky_update", stepped=True)
@@ -626,8 +435,8 @@ def _cholesky_update(ctx, r, w):
 
 def _givens_step(k, r, w):
   rows, cols = _index_grid(*r.shape[-2:])
-  row = _at(rows == k, r, -2)
-  x, y = _at(cols == k, row, -1), _at(cols == k, w, -1)
+  row = pairs.at(rows == k, r, -2)
+  x, y = pairs.at(cols == k, row, -1), pairs.at(cols == k, w, -1)
   larger = (fb.fabs(x) > fb.fabs(y)).where(fb.fabs(x), fb.fabs(y))
   x, y = fm.div(x, larger), fm.div(y, larger)
   reciprocal = fm.div(1, (x * x + y * y).sqrt())

@@ -1,6 +1,7 @@
 """A wholly native program's runs: its outputs realized together, then its kernels captured by TinyJit and replayed
 by a launcher of our own."""
 import dataclasses
+import functools
 import sys
 import weakref
 
@@ -15,6 +16,7 @@ from tinygrad.tensor import all_tensors
 from tinygrad.uop.ops import Ops, UOp, buffers
 
 from tinyjax.backends.tinygrad import amendments
+from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.ir import profile
 
 # A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most
@@ -336,3 +338,47 @@ def launch(kernels: list[Launch], buffers: list) -> None:
     else:
       k.runtime(*[buffers[a].get_buf(k.device) if isinstance(a, int) else a for a in k.args],
                 global_size=k.global_size, local_size=k.local_size, vals=k.vals, wait=False)
+
+
+# --- loop steps replayed by TinyJits (control_flow.py's loops, linalg.py's and eigen.py's factorizations)
+
+def capturing() -> bool:
+  """Whether a TinyJit is capturing now (a TinyJit cannot run inside another's capture)."""
+  from tinygrad.engine.realize import capturing
+  return bool(capturing)
+
+
+def _replay_or_recapture(jit, *args):
+  """jit(*args); a TinyJit that rejects its inputs (laid out unlike the ones it captured) is captured anew."""
+  from tinygrad.engine.jit import JitError
+  # NB: TinyJit copies an input that is one of its outputs, so no kernel reads and writes one buffer, but it misses
+  # an output written by read-modify-write, as WGSL writes packed arrays (bool, 8- and 16-bit integers). Passed
+  # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
+  # while loop (its predicate a bool array) never ended on WEBGPU
+  args = [a.clone() if isinstance(a, Tensor) and fb.packed_on_wgsl(a) else a for a in args]
+  try:
+    return jit(*args)
+  except JitError:
+    jit.reset()
+    return jit(*args)
+
+
+class Alternating:
+  """A loop step replayed by two TinyJits of it in turn (`make(turn)` makes each, turn 0 or 1), for steps whose
+  outputs are their next inputs: each TinyJit then reads the other's output buffers, never its own, which TinyJit
+  copies before each replay (a device copy per carried value: most of a small step's time)."""
+
+  def __init__(self, make):
+    self.jits, self.turn = (make(0), make(1)), 0
+
+  def __call__(self, *args):
+    jit, self.turn = self.jits[self.turn], 1 - self.turn
+    return _replay_or_recapture(jit, *args)
+
+
+@functools.lru_cache(maxsize=64)
+def step_jit(step, device: str, layout: tuple, turn: int):
+  """A TinyJit of a loop's step function (a module-level function, or one cached by its parameters) for one device
+  and one layout of its inputs (TinyJit captures buffers of one layout), and turn (Alternating): made once, so that
+  every loop of that step and layout, in any program, replays it."""
+  return TinyJit(step)

@@ -7,7 +7,7 @@ row, fine for rows of a few thousand; each output element is then picked by comp
 """
 
 import numpy as np
-from tinygrad import Tensor, dtypes
+from tinygrad import dtypes
 
 from tinyjax.backends.tinygrad import floatbits as fb
 from tinyjax.backends.tinygrad.indexing import arange, pick
