@@ -34,7 +34,8 @@ def on_device(request):
   tinyjax.flush()
 
 
-@pytest.fixture(params=[("CPU", "CL"), ("CL", "CPU")], ids=["CPU-while-CL-is-default", "CL-while-CPU-is-default"])
+@pytest.fixture(params=[("CPU", "CL"), ("CL", "CPU"), ("CPU:1", "CPU")],
+                ids=["CPU-while-CL-is-default", "CL-while-CPU-is-default", "CPU:1-while-CPU-is-default"])
 def off_default(request):
   """Flushes run on one device while tinygrad's default device is another: yields the device."""
   from tinygrad.helpers import Context

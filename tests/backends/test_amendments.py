@@ -246,28 +246,31 @@ def test_bool_logic_compiles_on_opencl(tmp_path):
 _ON_THE_SECOND_CL_DEVICE = """
 import sys
 import numpy as np
-from tinygrad import Device, Tensor
-from tinyjax.backends.tinygrad import amendments
-amendments.amend()
+import tinyjax, tinyjax.numpy as jnp
+from tinygrad import Device
 x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
-result = (Tensor(x, device="CL:1").tanh() @ Tensor(x, device="CL:1").T).numpy()
-print(Device["CL"].count(), Device["CL:1"].cl_dev is not Device["CL"].cl_dev)
-np.save(sys.argv[1], result)
+with tinyjax.default_device("CL:1"):
+  result = jnp.tanh(x) @ x.T + jnp.arange(3.0)
+  result.block_until_ready()
+buffer, = result._value.buffers.values()
+print(Device["CL"].count(), buffer.device, Device["CL:1"].cl_dev is not Device["CL"].cl_dev)
+np.save(sys.argv[1], np.asarray(result))
 """
 
 
 def test_every_cl_device_is_listed(tmp_path):
   """POCL with two CPU devices (POCL_DEVICES="pthread pthread"): tinygrad listed its default device only; now CL:1
-  opens the second, whose kernels (compiled by that device's helper process) give JAX's values."""
+  opens the second, where tinyjax computes a program (its kernels compiled by that device's helper process): JAX's
+  values."""
   import jax.numpy as jnp
   script, out = tmp_path / "second_device.py", tmp_path / "result.npy"
   script.write_text(_ON_THE_SECOND_CL_DEVICE)
-  env = {**os.environ, "POCL_DEVICES": "pthread pthread"}
+  env = {**os.environ, "POCL_DEVICES": "pthread pthread", "TINYJAX_FALLBACK": "error"}
   done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout.split() == ["2", "True"], done.stdout
+  assert done.stdout.split() == ["2", "CL:1", "True"], done.stdout
   x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
-  np.testing.assert_allclose(np.load(out), jnp.tanh(x) @ x.T, rtol=2e-6, atol=1e-5)
+  np.testing.assert_allclose(np.load(out), jnp.tanh(x) @ x.T + jnp.arange(3.0), rtol=2e-6, atol=1e-5)
 
 
 def test_cl_arguments_are_read_by_position():

@@ -53,7 +53,7 @@ class TinygradBackend(Backend):
     # tinygrad settings its kernels are made under: EMULATED_DTYPES (from the probes), and DEV, the device of
     # tinygrad's own device-less constants (`const_like`). NB: without DEV, the first of those in a process makes
     # tinygrad choose its default device, which opens every runtime it knows (most of a warm start's time)
-    self.contexts: dict[str, str] = {"DEV": self.tg_device}
+    self.contexts: dict[str, str] = {"DEV": self.tg_device.partition(":")[0]}
     # False once this backend queued work (a copy in, a program's run: each buffer a Value holds comes from one)
     # that no synchronization has waited for since: a wait with nothing queued skips the device's synchronize,
     # which costs more than a small program's launch (4 us on the CPU device)

@@ -37,7 +37,8 @@ def opened(device: str) -> tuple[str, Device]:
   from tinygrad import Device as TgDevice
   requested = canonical(device) if device else None
   try:
-    name = requested.partition(":")[0] if requested else TgDevice.DEFAULT
+    base, _, instance = (requested or TgDevice.DEFAULT).partition(":")
+    name = f"{base}:{instance}" if instance.isdigit() else base  # CL:1, CPU:3: that instance (CPU:LLVM: CPU)
     TgDevice[name]
   except Exception as error:
     available = ", ".join(d.name for d in available_devices()) or "none"
