@@ -224,6 +224,12 @@ def test_getitem_on_tinygrad():
 
 def test_setitem_raises_like_jax():
   raises_like_jax(lambda m: m.asarray(_X).__setitem__(0, 1.0))
+  messages = []
+  for module in (jnp, tnp):
+    with pytest.raises(TypeError) as info:
+      module.asarray(_X)[0] = 1.0
+    messages.append(str(info.value))
+  assert messages[1] == messages[0]
 
 
 # --- .at[...]
@@ -550,7 +556,14 @@ REPRS = {
   "bfloat16": lambda m: m.asarray([1, 2.5], m.bfloat16), "int8_3d": lambda m: m.arange(30, dtype=m.int8).reshape(2, 3, 5),
   "bool_2d": lambda m: m.asarray([[1, 2], [3, 4]]) > 2, "int64_x32": lambda m: m.asarray(np.int64(5)),
   "negative_ints": lambda m: -m.arange(12).reshape(3, 4), "empty_bool": lambda m: m.zeros(0, bool),
+  # typed keys print their type above their data, str as repr (JAX's random-numbers page prints one)
+  "typed_key": lambda m: _random(m).key(43), "typed_keys": lambda m: _random(m).split(_random(m).key(43)),
 }
+
+
+def _random(module):
+  import tinyjax.random
+  return jax.random if module is jnp else tinyjax.random
 
 
 @pytest.mark.parametrize("case", REPRS)

@@ -95,6 +95,57 @@ def test_custom_derivatives(make):
   assert_like_jax(grad(tinyjax, actual_f)(tnp.asarray(V)), grad(jax, expected_f)(V), rtol=1e-6)
 
 
+class _Converting:
+  """A pytree whose unflatten converts its child with jnp.asarray (JAX's custom pytrees page): JAX's transformations
+  unflatten it with tracers or arrays only, never with a ShapeDtypeStruct."""
+  def __init__(self, a):
+    self.a = jnp.asarray(a)
+
+
+jax.tree_util.register_pytree_node(_Converting, lambda tree: ((tree.a,), None), lambda _, children: _Converting(*children))
+
+
+@pytest.mark.parametrize("transform", ["vmap", "jit", "grad_has_aux"])
+def test_a_pytree_that_converts_its_leaves_comes_back(transform):
+  build = {"vmap": lambda T: T.vmap(lambda tree: _Converting(tree.a * 2)),
+           "jit": lambda T: T.jit(lambda tree: _Converting(jnp.sin(tree.a))),
+           "grad_has_aux": lambda T: T.grad(lambda v: (jnp.sum(v ** 2), _Converting(v)), has_aux=True)}[transform]
+  args = (V,) if transform == "grad_has_aux" else (_Converting(V),)
+  expected, actual = build(jax)(*args), build(tinyjax)(*args)
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  # NB: the unflatten's jnp.asarray is JAX's own (the explicit API patches nothing): a JAX array comes back
+  for got, want in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    assert_like_jax(tnp.asarray(got), want, rtol=1e-6)
+
+
+def _zeros_of_length(traces):
+  def f(x, n):
+    traces.append(n)
+    return jnp.zeros(n) + x
+  return f
+
+
+def test_jit_traces_python_scalars_as_jax_does():
+  """JAX's jit traces a Python scalar that is not static: a function that needs its value raises, after one trace."""
+  outcomes = []
+  for T in (jax, tinyjax):
+    traces = []
+    with pytest.raises(Exception) as info:
+      T.jit(_zeros_of_length(traces))(1.0, 3)
+    outcomes.append((type(info.value), len(traces)))
+  assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("static", [{"static_argnums": 1}, {"static_argnums": -1}, {"static_argnames": "n"}],
+                         ids=["argnums", "negative_argnums", "argnames"])
+def test_jit_keeps_static_python_scalars_static(static):
+  traces = []
+  f = tinyjax.jit(_zeros_of_length(traces), **static)
+  for n in (3, 4, 3):
+    assert_like_jax(f(1.5, n), jax.jit(_zeros_of_length([]), **static)(1.5, n))
+  assert traces == [3, 4]  # one trace per static value, none that failed
+
+
 def test_make_jaxpr_and_eval_shape_accept_tinyjax_arrays():
   x = tnp.asarray(X)
   assert str(tinyjax.make_jaxpr(loss)(x)) == str(jax.make_jaxpr(loss)(X))

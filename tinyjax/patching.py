@@ -154,7 +154,10 @@ def _jit(original, runtime_stays_jax: bool = False):
     jitted = original(*fun, **options)
     if runtime_stays_jax and sys._getframe(1).f_code.co_filename in _JAX_RUNTIME:
       return jitted
-    return _Jitted(jitted) if _for_tinyjax() else jitted
+    if not _for_tinyjax():
+      return jitted
+    transforms.declare_jit(jitted, fun[0], **options)
+    return _Jitted(jitted)
   return jit
 
 

@@ -5,6 +5,7 @@ pending buffer, so `grad(jit(f))`, `jit(vmap(grad(f)))` and the like compose in 
 JAX's own transformations (inside which tinyjax.numpy defers to jax.numpy).
 """
 import functools
+import inspect
 
 import jax
 
@@ -40,6 +41,7 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
   if fun is None:
     return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
   jitted = jax.jit(fun, static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
+  declare_jit(jitted, fun, static_argnums=static_argnums, static_argnames=static_argnames)
 
   @functools.wraps(fun)
   def run(*args, **call_kwargs):
@@ -47,6 +49,19 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
   run.lower = jitted.lower
   run.trace = jitted.trace
   return run
+
+
+def declare_jit(jitted, fun, static_argnums=None, static_argnames=None, **options) -> None:
+  """Tells the front end that `jitted` is jax.jit(fun, ...): which of its arguments are static (static_argnums and
+  the positional parameters static_argnames names: JAX makes each static either way)."""
+  positions = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums or ())
+  names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames or ())
+  try:
+    parameters = list(inspect.signature(fun).parameters.values())
+  except (TypeError, ValueError):  # a callable without a signature: its static names are keywords only
+    parameters = []
+  positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  tracing.declare_jitted(jitted, positions | {i for i, name in enumerate(positional) if name in names})
 
 
 def call_jitted(jitted, args, kwargs):

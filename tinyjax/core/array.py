@@ -238,6 +238,8 @@ class Array(jax.Array):
     return f"{prefix}{body},{sep}{dtype_str}"
 
   def __str__(self):
+    if keys.is_key(self.dtype):
+      return str(tracing.to_jax(self))
     return str(np.asarray(self))
 
   def __format__(self, spec):
@@ -313,8 +315,9 @@ class Array(jax.Array):
     return tracing.call(_getitem, (self, index), static_scalars=_static_indices())
 
   def __setitem__(self, index, value):
-    raise TypeError("JAX arrays are immutable and do not support in-place item assignment. Instead of "
-                    "x[idx] = y, use x = x.at[idx].set(y)")
+    raise TypeError("JAX arrays are immutable and do not support in-place item assignment. Instead of x[idx] = y, "
+                    "use x = x.at[idx].set(y) or another .at[] method: "
+                    "https://docs.jax.dev/en/latest/_autosummary/jax.numpy.ndarray.at.html")
 
   @property
   def at(self):

@@ -55,7 +55,7 @@ def prepare(fn, args: tuple, kwargs: dict):
   marked = False
   for a in args:
     if type(a) in _SCALAR_TYPES:
-      args, marked = tracing.scalars_marked(args, kwargs), True
+      args, marked = tracing.scalars_marked(fn, args, kwargs), True
       break
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))  # NB: Arrays and Scalars are leaves
   # scalars the function needs static (jit's static_argnums): each value is a trace of its own

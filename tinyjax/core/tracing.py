@@ -44,6 +44,9 @@ _VALUE_DEPENDENT = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBo
 _serials = itertools.count()
 _traces: dict = {}
 _static_scalar_calls: set = set()  # call signatures that need their Python scalars as static values
+# JAX's jitted functions (tinyjax.jit's) -> the positions of their static arguments. JAX's jit traces every other
+# argument: their Python scalars are traced, and an error of the trace is JAX's own (never retried with them static)
+_jitted_statics: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _TRACE_CACHE_SIZE = 4096
 # NB: how these hash the key's counters depends on jax_threefry_partitionable, read when JAX lowers them; tinyjax's
 # rules (backends/tinygrad/random.py) hash as the partitionable scheme (the default) does
@@ -255,19 +258,23 @@ def _trace(fn, treedef, leaves, scalars_dynamic: bool):
     out_leaves, out_tree = jax.tree_util.tree_flatten(out)
     # a result of no leaves (None: a function run for its effect, as a jitted one) is appended as any call is
     if not out_leaves or any(isinstance(x, _ARRAY_RESULTS) for x in out_leaves):
-      return out
+      out_trees.append(out_tree)
+      return out_leaves
     # a value that holds no array depends on the static arguments and the inputs' avals only, all in the key: it is
     # JAX's answer to every call with this key (make_jaxpr would make its numbers Arrays and refuse a dtype)
     static_result.append((out_tree, tuple(out_leaves)))
-    return ()
+    out_trees.append(jax.tree_util.tree_structure(()))
+    return []
 
-  static_result = []
+  # NB: the leaves, not the tree, go back to make_jaxpr: its return_shape would unflatten the user's pytree class
+  # with ShapeDtypeStructs, which its unflatten may refuse (JAX's vmap never does that)
+  static_result, out_trees = [], []
   specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=_typed_sharding(a)) for a in avals]
-  closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*specs)
+  closed = jax.make_jaxpr(flat_fn)(*specs)
   if config.get("log_compiles") == "1":
     _log_miss(fn, key, avals, statics)
   _raise_jaxs_errors(closed.jaxpr)
-  traced = Traced(closed, jax.tree_util.tree_structure(out_shapes), next(_serials),
+  traced = Traced(closed, out_trees[0], next(_serials),
                   # an effect with no array result (a print) happens at the call, as JAX's own call makes it happen
                   runs_on_jax=(_runs_on_jax(closed.jaxpr, jax.config.jax_threefry_partitionable)
                                or bool(closed.effects and (static_result or not closed.jaxpr.outvars))),
@@ -381,11 +388,19 @@ def jax_checks_values() -> bool:
   return _DEBUG_NANS.value or _DEBUG_INFS.value
 
 
-def scalars_marked(args: tuple, kwargs: dict) -> tuple:
-  """The call's top-level Python scalars that are traced as weak-typed inputs, wrapped in Scalar."""
+def declare_jitted(jitted, static_positions) -> None:
+  """`jitted` is JAX's jit of a function whose arguments at `static_positions` (negative ones too) are static."""
+  _jitted_statics[jitted] = frozenset(static_positions)
+
+
+def scalars_marked(fn, args: tuple, kwargs: dict) -> tuple:
+  """The call's top-level Python scalars that are traced as weak-typed inputs, wrapped in Scalar (all of them but a
+  jitted function's static arguments)."""
+  statics = _jitted_statics.get(fn, ()) if _jitted_statics else ()
   int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
-  return tuple(Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
-               for a in args)
+  return tuple(a if i in statics or i - len(args) in statics
+               else Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
+               for i, a in enumerate(args))
 
 
 def scalars_signature(fn, treedef, leaves):
@@ -545,7 +560,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
     return jax.tree_util.tree_map(lambda x: CommittedArray(x._value, device) if is_array(x) else x,
                                   call(fn, args, {**kwargs, "device": None}, static_scalars), is_leaf=is_array)
   if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    args = scalars_marked(args, kwargs)
+    args = scalars_marked(fn, args, kwargs)
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
   if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
@@ -556,8 +571,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   except Exception as error:
     # NB: JAX hands NumPy inputs to NumPy in places (jnp.reshape calls ndarray.reshape): the error of the call as
     # made is what JAX's own eager call raises
-    if not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)
-            or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
+    if fn in _jitted_statics or not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)
+                                     or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
       raise
     traced = None
   # outside the except block, so that a later error is not chained to it
