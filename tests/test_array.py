@@ -515,6 +515,18 @@ def test_jax_array_protocol():
   np.testing.assert_array_equal(np.asarray(jnp.asarray(t) + t), x * 4)
 
 
+@pytest.mark.parametrize("weak", ["jax_array", "jax_host_literal"])
+def test_a_weak_typed_input_stays_weak(weak):
+  """A weak-typed JAX array, or lax's weak-typed host literal, promotes as JAX promotes it (to float16 here)."""
+  from jax._src import core, literals  # NB: the literal is JAX's internal type (lax.stage's argument)
+  make = {"jax_array": lambda: jax.device_put(1.5),
+          "jax_host_literal": lambda: literals.TypedNdArray(np.array(1.5, np.float32),
+                                                            aval=core.ShapedArray((), np.float32, weak_type=True))}[weak]
+  half = np.array([2.0, -0.0], np.float16)
+  assert_like_jax(tnp.add(make(), half), jnp.add(make(), half))
+  assert_like_jax(tinyjax.jit(lambda a, b: a * b)(make(), half), jax.jit(lambda a, b: a * b)(make(), half))
+
+
 def test_block_until_ready_and_device():
   t = tnp.arange(5) + 1
   assert t.block_until_ready() is t and not t._value.pending

@@ -71,7 +71,7 @@ def prepare(fn, args: tuple, kwargs: dict):
     elif kind is Scalar:
       signature.append(tracing.static_key(leaf.value) if static_scalars else (Scalar, type(leaf.value)))
     elif isinstance(leaf, _HOST_ARRAYS):
-      signature.append((np.ndarray, leaf.shape, leaf.dtype))
+      signature.append((np.ndarray, leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
     elif isinstance(leaf, (jax.core.Tracer, Array)):  # a tracer: the general way defers to JAX
       return None
     elif isinstance(leaf, jax.Array):

@@ -144,7 +144,8 @@ def host_aval(x):
   if keys.is_key(x.dtype) or isinstance(x, jax.Array) and _typed_sharding(jax.typeof(x)) is not None:
     return jax.typeof(x)  # keys' types; a JAX array's placement on a mesh, which its type holds
   dtype = jax.dtypes.canonicalize_dtype(x.dtype)
-  return jax.core.ShapedArray(np.shape(x), dtype)
+  # a weak-typed JAX array (`jax.device_put(1.0)`), or JAX's own weak-typed host literal (lax's TypedNdArray)
+  return jax.core.ShapedArray(np.shape(x), dtype, weak_type=bool(getattr(x, "weak_type", False)))
 
 
 @functools.cache
@@ -305,14 +306,24 @@ def _raise_jaxs_errors(jaxpr) -> None:
 
 def _runs_on_jax(jaxpr, partitionable: bool) -> bool:
   """Whether the jaxpr (or one inside it) has an equation whose calls must be JAX's own (Traced.runs_on_jax): one
-  that draws random bits or splits keys under the legacy scheme, or a factorization of 16-bit floats."""
+  that draws random bits or splits keys under the legacy scheme, a factorization of 16-bit floats, or a value of one
+  of JAX's custom element types (an extended dtype other than a PRNG key's: only JAX's lowering knows its physical
+  form)."""
+  if any(map(_custom_element_type, jaxpr.invars + jaxpr.outvars + jaxpr.constvars)):
+    return True
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
     if (name in _RANDOM_BY_SCHEME and not partitionable
             or name in _FACTORIZATIONS and any(v.aval.dtype in _HALF_FLOATS for v in eqn.invars)
+            or any(map(_custom_element_type, eqn.invars + eqn.outvars))
             or any(_runs_on_jax(sub, partitionable) for sub in jaxprs_in_params(eqn.params))):
       return True
   return False
+
+
+def _custom_element_type(atom) -> bool:
+  dtype = getattr(atom.aval, "dtype", None)
+  return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and not keys.is_key(dtype)
 
 
 _last_keys: dict = {}

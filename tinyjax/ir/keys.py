@@ -5,7 +5,8 @@ import numpy as np
 
 
 def is_key(dtype) -> bool:
-  return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+  """A PRNG key's dtype (not every extended dtype is one: JAX's custom element types are too)."""
+  return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def key_data(x):

@@ -86,8 +86,9 @@ def partition(program, native, alone=lambda eqn: False) -> list[Segment]:
 
 
 def crossing_bytes(segment: Segment, avals: dict[int, object]) -> int:
-  """Bytes a fallback segment moves: its inputs in and its outputs out."""
-  return sum(int(np.prod(avals[s].shape, dtype=np.int64)) * avals[s].dtype.itemsize
+  """Bytes a fallback segment moves: its inputs in and its outputs out. NB: a value of one of JAX's custom element
+  types (an extended dtype: no itemsize) stays on XLA, and is counted as nothing."""
+  return sum(int(np.prod(avals[s].shape, dtype=np.int64)) * getattr(avals[s].dtype, "itemsize", 0)
              for s in segment.inputs + segment.outputs)
 
 
