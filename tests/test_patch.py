@@ -254,6 +254,36 @@ def test_a_primitive_jax_applies_eagerly_runs_on_tinyjax():
   assert isinstance(lax_internal.add_p.bind(1.0, 2.0), jax.Array)  # JAX's own again once unpatched
 
 
+def _refs_updated(new_ref_of):
+  """JAX's Ref guide: a reference updated by a jitted function that closes over it, twice, read eagerly and inside
+  grad; a reference to a value made by a patched function, which must stay readable."""
+  start = jnp.arange(3.0)
+  ref = new_ref_of(start)
+
+  @jax.jit
+  def bump():
+    ref[1] += 1.0
+  bump()
+  bump()
+
+  def through_a_ref(x):
+    inner = new_ref_of(0.0)
+    inner[...] = jnp.sin(x)
+    return inner[...]
+  return np.asarray(ref[...]), np.asarray(start), jax.grad(through_a_ref)(1.0)
+
+
+@pytest.mark.parametrize("new_ref", ["jax.new_ref", "jax.ref.new_ref"])
+def test_a_mutable_reference_is_jaxs_under_the_patch(new_ref):
+  of = lambda: jax.new_ref if new_ref == "jax.new_ref" else jax.ref.new_ref  # noqa: E731: read while patched
+  expected = _refs_updated(lambda x: of()(x))
+  with tinyjax.patch():
+    values, start, gradient = _refs_updated(lambda x: of()(x))
+  np.testing.assert_array_equal(values, expected[0])
+  np.testing.assert_array_equal(start, expected[1])  # the value the reference started from is untouched
+  assert_like_jax(tinyjax.numpy.asarray(gradient), expected[2])
+
+
 def test_reductions_keep_jax_identity_of_their_monoid():
   """lax.reduce_window(x, 0., lax.add, ...) is reduce_window_sum (differentiable) only if lax.add is JAX's own."""
   def pooled(x):

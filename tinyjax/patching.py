@@ -236,6 +236,13 @@ def _device_put(x, device=None, **options):
   return tinyjax_device_put(x, device if isinstance(device, Device) else None)
 
 
+def _new_ref(original, init_val, **options):
+  """jax.new_ref while patched: JAX's mutable reference, to a JAX copy of the value. NB: called from here, the copy
+  JAX makes (an eager primitive) stays JAX's: a Ref's buffer must be JAX's, which JAX donates and replaces on each
+  update of the reference in a jitted call."""
+  return original(tracing.to_jax(init_val), **options)
+
+
 def _computing_modules() -> list[str]:
   """The names (`numpy`, `numpy.linalg`, `scipy.stats.norm`, ...) of JAX's public modules whose functions compute."""
   names = []
@@ -283,6 +290,8 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   plan.append((jax, "jit", _jit(jax.jit)))
   plan.append((jax_api, "jit", _jit(jax_api.jit, runtime_stays_jax=True)))
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
+  for module in (jax, jax.ref):
+    plan.append((module, "new_ref", _dispatching(module.new_ref, functools.partial(_new_ref, module.new_ref))))
   for attr in ("trace", "start_trace", "stop_trace"):
     plan.append((jax.profiler, attr, _dispatching(getattr(jax.profiler, attr), getattr(profiling, attr))))
   plan.append((jax_dispatch, "xla_primitive_callable", _eager_primitives(jax_dispatch.xla_primitive_callable)))

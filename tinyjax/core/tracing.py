@@ -306,22 +306,25 @@ def _raise_jaxs_errors(jaxpr) -> None:
 
 def _runs_on_jax(jaxpr, partitionable: bool) -> bool:
   """Whether the jaxpr (or one inside it) has an equation whose calls must be JAX's own (Traced.runs_on_jax): one
-  that draws random bits or splits keys under the legacy scheme, a factorization of 16-bit floats, or a value of one
-  of JAX's custom element types (an extended dtype other than a PRNG key's: only JAX's lowering knows its physical
-  form)."""
-  if any(map(_custom_element_type, jaxpr.invars + jaxpr.outvars + jaxpr.constvars)):
+  that draws random bits or splits keys under the legacy scheme, a factorization of 16-bit floats, or a value JAX
+  holds (_held_by_jax)."""
+  if any(map(_held_by_jax, jaxpr.invars + jaxpr.outvars + jaxpr.constvars)):
     return True
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
     if (name in _RANDOM_BY_SCHEME and not partitionable
             or name in _FACTORIZATIONS and any(v.aval.dtype in _HALF_FLOATS for v in eqn.invars)
-            or any(map(_custom_element_type, eqn.invars + eqn.outvars))
+            or any(map(_held_by_jax, eqn.invars + eqn.outvars))
             or any(_runs_on_jax(sub, partitionable) for sub in jaxprs_in_params(eqn.params))):
       return True
   return False
 
 
-def _custom_element_type(atom) -> bool:
+def _held_by_jax(atom) -> bool:
+  """A mutable array reference (jax.ref: JAX's runtime holds its buffer), or a value of one of JAX's custom element
+  types (an extended dtype other than a PRNG key's: only JAX's lowering knows its physical form)."""
+  if isinstance(atom.aval, jax.ref.AbstractRef):
+    return True
   dtype = getattr(atom.aval, "dtype", None)
   return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and not keys.is_key(dtype)
 
