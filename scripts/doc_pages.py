@@ -58,7 +58,7 @@ def script_of(page: str) -> str:
 
 
 NUMBER = re.compile(r"-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+")
-MASKS = [(re.compile(r"0x[0-9a-f]+"), "0x?"), (re.compile(r"id=\d+"), "id=?")]
+MASKS = [(re.compile(r"0x[0-9a-f]+"), "0x?"), (re.compile(r"id=\d+"), "id=?"), (re.compile(r"\b\d{11,}\b"), "<id>")]
 
 
 def masked(line: str) -> str:
@@ -67,27 +67,35 @@ def masked(line: str) -> str:
   return line
 
 
-def same_line(a: str, b: str) -> bool:
-  """Equal after masking, numbers within float32 rounding. NB: numpy prints a number with as many digits as its
-  float32 needs, so a one-ulp difference changes a line's text."""
+def numbers(line: str) -> list[float]:
+  return [float(n) for n in NUMBER.findall(masked(line))]
+
+
+def same_line(a: str, b: str, scale: float) -> bool:
+  """Equal after masking, numbers within float32 rounding: a relative 2e-6, or 4e-7 of `scale` (the largest number
+  of the block the line is in: an array's entries are computed from sums of that magnitude). NB: numpy prints a
+  number with as many digits as its float32 needs, so a one-ulp difference changes a line's text."""
   a, b = masked(a), masked(b)
   if a == b:
     return True
   if NUMBER.sub("#", a).replace(" ", "") != NUMBER.sub("#", b).replace(" ", ""):
     return False
-  x, y = [float(n) for n in NUMBER.findall(a)], [float(n) for n in NUMBER.findall(b)]
-  scale = max([abs(v) for v in x + y] or [0.0])
-  return len(x) == len(y) and all(abs(u - v) <= max(2e-6 * abs(u), 4e-7 * scale) for u, v in zip(x, y))
+  return all(abs(u - v) <= max(2e-6 * abs(u), 4e-7 * scale) for u, v in zip(numbers(a), numbers(b)))
 
 
 def differences(expected: list[str], actual: list[str]) -> list[str]:
-  """The lines that differ (difflib's unified diff of the masked lines, equal lines in replaced blocks dropped)."""
+  """The lines that differ, as `- expected` / `+ actual` (a block of lines replaced by as many: only its pairs that
+  differ)."""
   out = []
   matcher = difflib.SequenceMatcher(a=[masked(l) for l in expected], b=[masked(l) for l in actual], autojunk=False)
   for tag, i1, i2, j1, j2 in matcher.get_opcodes():
     if tag == "equal":
       continue
-    if tag == "replace" and i2 - i1 == j2 - j1 and all(map(same_line, expected[i1:i2], actual[j1:j2])):
+    if tag == "replace" and i2 - i1 == j2 - j1:
+      scale = max(map(abs, sum(map(numbers, expected[i1:i2] + actual[j1:j2]), [])), default=0.0)
+      for a, b in zip(expected[i1:i2], actual[j1:j2]):
+        if not same_line(a, b, scale):
+          out += [f"- {a}", f"+ {b}"]
       continue
     out += [f"- {l}" for l in expected[i1:i2]] + [f"+ {l}" for l in actual[j1:j2]]
   return out

@@ -119,6 +119,26 @@ def test_arrays_placed_on_a_mesh_like_jax():
   np.testing.assert_array_equal(placed.addressable_shards[1].data, expected_placed.addressable_shards[1].data)
 
 
+def _printed_blocks():
+  """JAX's shard_map page: an eager shard_map's body prints its value's block on each device."""
+  @jax.shard_map(mesh=EXPLICIT, in_specs=P("d"), out_specs=P("d"))
+  def doubled(v):
+    print(v)
+    return 2 * v
+  x = jax.device_put(X[:, 0], jax.NamedSharding(EXPLICIT, P("d")))
+  return doubled(x), [jax.typeof(row) for row in x]
+
+
+def test_an_eager_shard_map_prints_each_block_like_jax(capsys):
+  expected, expected_rows = _printed_blocks()
+  printed = capsys.readouterr().out
+  with tinyjax.patch():
+    actual, rows = _printed_blocks()
+  assert capsys.readouterr().out == printed
+  assert_like_jax(actual, expected)
+  assert rows == expected_rows  # a row's type drops the first axis and its place on the mesh
+
+
 # --- data-parallel training: the batch split over the mesh, the parameters replicated
 
 def _train(parallel: str, steps=3):

@@ -205,7 +205,12 @@ class Array(jax.Array):
     if self.ndim == 0:
       raise TypeError("iteration over a 0-d array")
     # NB: the rows come from the host value: on tinygrad, n lazy slices would compile n kernels (one per offset)
-    host, aval = self._value.to_host(), self.aval.update(shape=self.shape[1:])
+    # NB: as JAX's rows: those of an array split over a mesh are values of their own (JAX brings them through the
+    # host), on no mesh; those of a replicated array keep its mesh
+    host, aval = self._value.to_host(), self.aval
+    if any(axis is not None for axis in aval.sharding.spec):
+      aval = jax.core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    aval = aval.update(shape=self.shape[1:])
     return (Array(_host_value(aval, np.asarray(row))) for row in host)
 
   # jax.Array's private methods that JAX's own code calls (jacfwd/jacrev, pmap): their arguments are static
