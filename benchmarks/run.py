@@ -380,7 +380,7 @@ def bench_while_loop(repeats):
   """A fori_loop whose bounds are known only at run time (a while loop): 1,000 iterations of a scalar body that
   reads a closed-over matrix. tinyjax reads the predicate on the host before each replayed step of SCAN_CHUNK
   iterations; the variant of one iteration per step shows what those steps save."""
-  from tinyjax.backends.tinygrad import control_flow
+  from tinyjax.backends.tinygrad.rules import control_flow
   table = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
 
   def f(lo, hi):

@@ -11,7 +11,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 from oracle import assert_like_jax
-from tinyjax.backends import auto, selection
+from tinyjax.choosing import auto, selection
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.scipy.linalg
 from oracle import assert_like_jax, check, native
-from tinyjax.backends import selection
+from tinyjax.choosing import selection
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 
 _FILE = os.path.abspath(__file__)
@@ -196,7 +196,7 @@ def test_unknown_or_unavailable_device(monkeypatch, backend, device):
 def test_a_device_failing_without_a_message_names_the_error(monkeypatch):
   """tinygrad's NV device, finding no GPU it can drive, raises a StopIteration with no message: the error says so."""
   from tinygrad import Device as TgDevice
-  from tinyjax.backends.tinygrad import device
+  from tinyjax.backends.tinygrad.machinery import device
   def refuse(self, name):
     raise StopIteration
   monkeypatch.setattr(type(TgDevice), "__getitem__", refuse)
@@ -469,7 +469,7 @@ def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
   """A reduction over a long fused body (sin, cos, exp and tanh per term) is not copied 4x4x16 times, as tinygrad's
   heuristic chose: its kernel stays within kernel_opts.EXPANDED_BODY, with JAX's results."""
   from tinygrad.codegen.opt import heuristic
-  from tinyjax.backends.tinygrad import kernel_opts
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
   sizes = []  # (AST nodes, tinygrad's copies, ours) of each reduction kernel
   optimize = heuristic.hand_coded_optimizations
 

@@ -9,8 +9,8 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
-from tinyjax.backends import check
-from tinyjax.backends import selection
+from tinyjax.choosing import check
+from tinyjax.choosing import selection
 from tinyjax.backends.tinygrad import TinygradBackend
 from tinyjax.backends.tinygrad.table import RULES
 from tinyjax.backends.xla import XlaBackend
@@ -121,7 +121,7 @@ def test_a_difference_made_by_running_equations_together_is_blamed_on_the_first_
   ([np.inf, -np.inf], [np.inf, -np.inf], False),
   ([np.inf], [-np.inf], True),
   ([np.inf], [3e38], True),
-  ([-0.0], [0.0], False),  # NB: the sign of zeros is not checked (see tinyjax/backends/check.py)
+  ([-0.0], [0.0], False),  # NB: the sign of zeros is not checked (see tinyjax/choosing/check.py)
   ([1.0 + 1e-5], [1.0], False),
   ([1.0 + 1e-3], [1.0], True),
   ([1e-40, 1.0], [0.0, 1.0], False),  # a subnormal XLA flushes to zero

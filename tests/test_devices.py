@@ -17,7 +17,7 @@ import tinyjax.numpy as tnp
 import tinyjax.random
 import xfail
 from oracle import assert_like_jax, check, check_traced, native
-from tinyjax.backends import selection
+from tinyjax.choosing import selection
 from tinyjax.core import report
 
 # NB: a device missing here fails its cases, not skips them: the README's test command installs CL (POCL) and WEBGPU

@@ -119,7 +119,7 @@ def test_inside_a_transformation_jax_stages_the_call():
 
 
 def test_fallback_policy_applies_at_each_call(monkeypatch):
-  from tinyjax.backends import selection
+  from tinyjax.choosing import selection
   x = tnp.asarray(F32)
 
   def solve():

@@ -10,7 +10,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.random
-from tinyjax.backends import selection
+from tinyjax.choosing import selection
 from tinyjax.backends.tinygrad import TinygradBackend
 
 from oracle import check

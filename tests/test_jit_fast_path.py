@@ -228,7 +228,7 @@ def test_settings_changed_between_calls_are_honoured(monkeypatch):
 
 
 def test_fallback_policy_applies_at_each_call(monkeypatch):
-  from tinyjax.backends import selection
+  from tinyjax.choosing import selection
   # a tridiagonal solve has no native rule (NOT_YET_NATIVE): XLA runs it
   f = tinyjax.jit(lambda x: jax.lax.linalg.tridiagonal_solve(x * 0, x + 3, x * 0, x[:, None])[:, 0] * 2)
   x = tnp.asarray(np.linspace(0, 1, 4, dtype=np.float32))

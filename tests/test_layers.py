@@ -33,6 +33,7 @@ def imported(path: pathlib.Path) -> set[str]:
 LAYERS = [
   ("the IR", ("tinyjax.config", "tinyjax.ir")),
   ("the backends", ("tinyjax.backends",)),
+  ("choosing between the backends", ("tinyjax.choosing",)),
   ("the front end", ("tinyjax.core",)),
   ("the API", ("tinyjax", "tinyjax.transforms", "tinyjax.patching", "tinyjax.identity", "tinyjax.overrides",
                "tinyjax.transfer", "tinyjax.standalone", "tinyjax.decorator", "tinyjax.coverage")),
@@ -53,8 +54,28 @@ def test_imports_go_down_the_layers():
   assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
 
 
+BACKEND = "tinyjax.backends.tinygrad"
+# the top of the tinygrad backend: the backend itself, and its rule table with the list of what has no rule yet, which
+# the rule families fill and the machinery reads
+BACKEND_TOP = {BACKEND, f"{BACKEND}.table", f"{BACKEND}.not_native"}
+
+
+def test_the_tinygrad_backend_is_folded_by_kind():
+  """Its modules sit in rules/, numerics/ and machinery/ (or are BACKEND_TOP); numerics know no primitive (they import
+  no rule family and no machinery); the machinery reads the rule table, never a rule family."""
+  kind = {name: name.removeprefix(BACKEND + ".").split(".")[0] for name in MODULES
+          if name.startswith(BACKEND + ".") and name not in BACKEND_TOP}
+  assert set(kind.values()) == {"rules", "numerics", "machinery"}, sorted(set(kind.values()))
+  crossings = [f"{name} ({kind[name]}) imports {other} ({kind[other]})" for name in kind
+               for other in imported(MODULES[name]) if other in kind
+               and (kind[name], kind[other]) in {("numerics", "rules"), ("numerics", "machinery"), ("machinery", "rules")}]
+  assert not crossings, "imports across the backend's kinds:\n" + "\n".join(crossings)
+
+
 # where docs/architecture.md's short paths (`core/pending.py`, `tinygrad/table.py`, `plan.py`) are relative to
-ROOTS = ["", "tinyjax", "tinyjax/core", "tinyjax/ir", "tinyjax/backends", "tinyjax/backends/tinygrad", "tinyjax/standalone", "tinyjax/cli", "docs"]
+ROOTS = ["", "tinyjax", "tinyjax/core", "tinyjax/ir", "tinyjax/backends", "tinyjax/backends/tinygrad",
+         *(f"tinyjax/backends/tinygrad/{kind}" for kind in ("rules", "numerics", "machinery")), "tinyjax/choosing",
+         "tinyjax/standalone", "tinyjax/cli", "docs"]
 
 
 def test_the_architecture_names_files_that_exist():

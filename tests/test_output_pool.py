@@ -1,4 +1,4 @@
-"""The replay's output pool (tinyjax/backends/tinygrad/replay.py): a replayed program's small outputs are written
+"""The replay's output pool (tinyjax/backends/tinygrad/machinery/replay.py): a replayed program's small outputs are written
 into the memory of earlier outputs that nobody holds any more.
 
 Many repeated calls where the user keeps some outputs and drops others: every kept output must keep the value
@@ -12,7 +12,7 @@ import numpy as np
 
 import tinyjax
 import tinyjax.numpy as tnp
-from tinyjax.backends.tinygrad import replay
+from tinyjax.backends.tinygrad.machinery import replay
 
 
 def _several(x, y):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import tinyjax
 import tinyjax.numpy as tnp
-from tinyjax.backends.selection import current_backend
+from tinyjax.choosing.selection import current_backend
 from tinyjax.cli.main import app
 from tinyjax.core.report import collecting
 from tinyjax.ir import profile

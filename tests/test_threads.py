@@ -13,7 +13,7 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
-from tinyjax.backends import selection
+from tinyjax.choosing import selection
 from oracle import assert_like_jax
 
 THREADS = 4

@@ -8,8 +8,8 @@ import jax as _jax
 
 from tinyjax import config
 from tinyjax import identity as _identity
-from tinyjax.backends.check import CheckError
-from tinyjax.backends.selection import devices
+from tinyjax.choosing.check import CheckError
+from tinyjax.choosing.selection import devices
 from tinyjax.config import default_device
 from tinyjax.core.array import Array
 from tinyjax.core.pending import flush

@@ -8,7 +8,7 @@ import dataclasses
 import jax.extend.core.primitives as jax_primitives
 
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
-from tinyjax.backends.tinygrad.plan import missing_rule
+from tinyjax.backends.tinygrad.machinery.plan import missing_rule
 from tinyjax.backends.tinygrad.table import RULES, takes_complex
 from tinyjax.ir.program import CALL_PARAMS
 from tinyjax.ir.spmd import COLLECTIVES

@@ -15,7 +15,7 @@ import functools
 import jax
 import numpy as np
 
-from tinyjax.backends.selection import backend_for, current_backend
+from tinyjax.choosing.selection import backend_for, current_backend
 
 
 def _is_tensor(x) -> bool:

@@ -2,7 +2,7 @@
 import jax
 import numpy as np
 
-from tinyjax.backends.selection import backend_for, current_backend
+from tinyjax.choosing.selection import backend_for, current_backend
 from tinyjax.core.array import Array, ShardedArray
 from tinyjax.core.pending import Value
 from tinyjax.core.tracing import host_aval, inside_transformation

@@ -1,4 +1,4 @@
-"""tinyjax's amendments to tinygrad (tinyjax/backends/tinygrad/amendments.py): each against JAX on XLA, and the
+"""tinyjax's amendments to tinygrad (tinyjax/backends/tinygrad/machinery/amendments.py): each against JAX on XLA, and the
 tinygrad they are written for."""
 import functools
 import importlib.metadata
@@ -17,7 +17,7 @@ from tinygrad.uop.ops import UOp
 
 from oracle import check, check_traced
 from xfail import param
-from tinyjax.backends.tinygrad import amendments, program_cache
+from tinyjax.backends.tinygrad.machinery import amendments, program_cache
 
 
 def test_written_for_this_tinygrad():

@@ -13,7 +13,7 @@ import tinyjax
 import tinyjax.lax
 import oracle
 from oracle import check, native
-from tinyjax.backends.tinygrad import control_flow
+from tinyjax.backends.tinygrad.rules import control_flow
 from tinyjax.core.mirror import wrap
 
 

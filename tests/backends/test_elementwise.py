@@ -422,7 +422,7 @@ def test_float32_programs_have_no_float64():
 
   from tinygrad import Device
 
-  from tinyjax.backends.selection import current_backend
+  from tinyjax.choosing.selection import current_backend
   backend = current_backend()
   device = getattr(backend, "tg_device", Device.DEFAULT)
   backend.supports_dtype(np.dtype(np.float64))  # the backend's probe of float64 support is no part of the program

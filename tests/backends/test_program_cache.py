@@ -1,4 +1,4 @@
-"""The disk cache of tinygrad's lowered programs (tinyjax/backends/tinygrad/program_cache.py): a warm start computes
+"""The disk cache of tinygrad's lowered programs (tinyjax/backends/tinygrad/machinery/program_cache.py): a warm start computes
 what a cold one does, entries that cannot be trusted are rewritten, concurrent writers leave whole entries, and its
 key holds every tinygrad setting that changes a program."""
 import ast as python_ast
@@ -24,8 +24,8 @@ from tinygrad.uop import Ops
 from tinygrad.uop.ops import UOp
 
 from tinyjax import config
-from tinyjax.backends import selection
-from tinyjax.backends.tinygrad import program_cache
+from tinyjax.choosing import selection
+from tinyjax.backends.tinygrad.machinery import program_cache
 from oracle import check
 
 ROOT = pathlib.Path(__file__).parent.parent.parent
@@ -37,7 +37,7 @@ PROGRAM = textwrap.dedent("""
   sys.path[:0] = ["tests"]
   import numpy as np
   from oracle import check
-  from tinyjax.backends.tinygrad import program_cache
+  from tinyjax.backends.tinygrad.machinery import program_cache
   x = np.random.default_rng(0).random((6, 5), np.float32)
   check(lambda np_, x: [np_.tanh(x @ x.T).sum(0), np_.argmax(x, 1), np_.cumsum(x * 3 - 1, 0)], x)
   print(json.dumps(program_cache.COUNTS))
@@ -279,7 +279,7 @@ def test_enum_members_pickled_by_name_are_read_and_nothing_else():
 def test_distinct_buffers_of_one_lazy_value_twice():
   """One lazy Tensor passed twice (a complex zero's two parts) becomes two buffers: TinyJit refuses one buffer as two
   of its inputs."""
-  from tinyjax.backends.tinygrad.replay import distinct_buffers
+  from tinyjax.backends.tinygrad.machinery.replay import distinct_buffers
   zeros = Tensor.zeros(1, 3, device=Device.DEFAULT)
   first, second = distinct_buffers(Device.DEFAULT, [zeros, zeros])
   assert first.uop.base is not second.uop.base

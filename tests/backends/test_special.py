@@ -2,7 +2,7 @@
 bessel_i1e, zeta, polygamma and random_gamma, all native (nothing falls back), over edge values (NaN, +-inf, 0, -0.0,
 negative, tiny, huge, x on either side of a), and the jax.scipy.special and jax.random functions built on them.
 
-Their rules run expansions (tinyjax.backends.tinygrad.special): the results are XLA's up to the few ulp by which
+Their rules run expansions (tinyjax.backends.tinygrad.rules.special): the results are XLA's up to the few ulp by which
 tinygrad's float ops differ from XLA's (tinygrad reassociates sums with constants, and some functions are an ulp or two
 from XLA's); ill-conditioned spots widen that. Results XLA flushes to zero (denormals) must be zeros here too.
 Each distinct shape and dtype compiles its kernels anew (seconds each), so the cases share shapes where they can.

@@ -83,7 +83,7 @@ def tinygrad_device_names() -> list[str]:
 def probe_tinygrad(name: str) -> DeviceInfo:
   from tinygrad import Device
 
-  from tinyjax.backends.tinygrad.runtimes import locate_dawn
+  from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
   locate_dawn()
   info = DeviceInfo("tinygrad", name, False, note=EXTRA_TINYGRAD_DEVICES.get(name, ""), hint=INSTALL_HINTS.get(name, ""))
   try:
@@ -139,7 +139,7 @@ def in_use() -> tuple[str, str]:
     except RuntimeError:
       return backend, ""
   from tinygrad import Device
-  from tinyjax.backends.tinygrad.device import canonical
+  from tinyjax.backends.tinygrad.machinery.device import canonical
   try:
     return backend, (canonical(requested) if requested else Device.DEFAULT).partition(":")[0]
   except RuntimeError:  # no usable device at all

@@ -75,7 +75,7 @@ def settings(environ: dict[str, str]) -> dict[str, dict[str, str]]:
 
 
 def in_effect() -> dict[str, str]:
-  from tinyjax.backends.selection import current_backend
+  from tinyjax.choosing.selection import current_backend
   try:
     backend = current_backend()
   except Exception as error:  # the doctor reports a broken setting rather than failing on it

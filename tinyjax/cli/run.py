@@ -38,7 +38,7 @@ _RUNPY_FILES = {os.path.abspath(runpy.__file__), "<frozen runpy>"}
 
 def _environment(device, backend, fallback, beam, debug) -> dict[str, str]:
   """The variables the options set: tinyjax's own, and tinygrad's (DEV selects its device and renderer)."""
-  from tinyjax.backends.tinygrad.device import canonical
+  from tinyjax.backends.tinygrad.machinery.device import canonical
   env = {}
   if backend is not None:
     env["TINYJAX_BACKEND"] = backend.value
@@ -96,7 +96,7 @@ def _check_settings() -> None:
   """
   from tinyjax import config
   from tinyjax.ir.backend import DeviceNotFoundError
-  from tinyjax.backends.selection import current_backend
+  from tinyjax.choosing.selection import current_backend
   try:
     for name in config.SETTINGS:
       config.validated(name)

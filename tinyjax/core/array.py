@@ -118,7 +118,7 @@ class Array(jax.Array):
 
   @property
   def device(self):
-    from tinyjax.backends.selection import current_backend
+    from tinyjax.choosing.selection import current_backend
     backend = next(iter(self._value.buffers), None) or current_backend()
     return backend.device
 
@@ -277,7 +277,7 @@ class Array(jax.Array):
 
   def unsafe_buffer_pointer(self) -> int:
     """The address of this Array's buffer on its device (computed, and put there, first)."""
-    from tinyjax.backends.selection import current_backend
+    from tinyjax.choosing.selection import current_backend
     self.block_until_ready()
     backend = next(iter(self._value.buffers), None) or current_backend()
     return backend.address(self._value.buffer_on(backend))

@@ -17,8 +17,8 @@ import numpy as np
 from jax.extend.core import Literal
 
 from tinyjax import config
-from tinyjax.backends import check
-from tinyjax.backends.selection import current_choice, still_chosen
+from tinyjax.choosing import check
+from tinyjax.choosing.selection import current_choice, still_chosen
 from tinyjax.core import report
 from tinyjax.ir import profile, show
 from tinyjax.ir.program import Builder

@@ -29,8 +29,8 @@ from jax._src import core as jax_core  # NB: the current trace (are we inside a 
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params
 
 from tinyjax import config
-from tinyjax.backends.float64 import uses_float64
-from tinyjax.backends.selection import backend_for, check_fallback, current_backend
+from tinyjax.ir.float64 import uses_float64
+from tinyjax.choosing.selection import backend_for, check_fallback, current_backend
 from tinyjax.core import pending
 from tinyjax.core.pending import DeletedValue, Value
 from tinyjax.core.report import record_eager

@@ -2,7 +2,7 @@
 
 A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
 equation (`why_not`, `supports`) and compiles a flushed Program into a runner (`compile`). Which backend is in effect, and
-the fallback policy, are in tinyjax.backends.selection (above the concrete backends, which import this module).
+the fallback policy, are in tinyjax.choosing.selection (above the concrete backends, which import this module).
 """
 import abc
 import dataclasses

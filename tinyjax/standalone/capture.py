@@ -186,7 +186,7 @@ def _equations(jaxpr, line: str = "<unknown>"):
 
 
 def _why_not_native(eqn, backend) -> str | None:
-  from tinyjax.backends.tinygrad.plan import why_not
+  from tinyjax.backends.tinygrad.machinery.plan import why_not
   as_run = Eqn(eqn.primitive, dict(eqn.params), (), (), tuple(v.aval for v in eqn.invars),
                tuple(v.aval for v in eqn.outvars), "")
   return why_not(as_run, backend.supports_dtype, exporting=True)
@@ -249,7 +249,7 @@ def _run_lazily(backend, program, inputs):
   """The program's outputs as tinygrad Tensors, realized into buffers while the capture is installed."""
   from tinygrad import Tensor
 
-  from tinyjax.backends.tinygrad.amendments import kernel_context
+  from tinyjax.backends.tinygrad.machinery.amendments import kernel_context
   # NB: the rules run under the backend's settings too: DEV is the device of tinygrad's device-less constants
   with kernel_context(**backend.contexts):
     outs = backend.run_lazily(program, list(inputs))
@@ -273,7 +273,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
   from tinygrad.dtype import _to_np_dtype
   from tinygrad.uop.ops import Ops
 
-  from tinyjax.backends.tinygrad.carried import carried_aval
+  from tinyjax.backends.tinygrad.numerics.carried import carried_aval
   from tinyjax.backends.tinygrad.table import tg_dtype
   check_native(name, closed, backend)
   program = program_of(closed)
@@ -350,7 +350,7 @@ def capture(name: str, closed: ClosedJaxpr, in_names, out_names, backend, render
 
 
 def _pairs_of(aval) -> str | None:
-  from tinyjax.backends.tinygrad.carried import is_complex
+  from tinyjax.backends.tinygrad.numerics.carried import is_complex
   return np.dtype(aval.dtype).name if is_complex(aval.dtype) else None
 
 

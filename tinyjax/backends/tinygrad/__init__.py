@@ -13,17 +13,17 @@ import time
 import numpy as np
 from tinygrad import Device, Tensor
 
-from tinyjax.backends import float64
-from tinyjax.backends.tinygrad import (  # noqa: F401  (each module fills the rule table)
-  contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, rounding, shape, sorting,
+from tinyjax.backends.tinygrad.machinery import depth, device, plan
+from tinyjax.backends.tinygrad.numerics import carried, rounding
+from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills the rule table)
+  complexmath, contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, shape, sorting,
   special)
-from tinyjax.backends.tinygrad import carried, complexmath, depth, device, plan  # noqa: F401 (complexmath: rules)
-from tinyjax.backends.tinygrad.amendments import amend, kernels_timed
-from tinyjax.backends.tinygrad.replay import Replayed, realized
-from tinyjax.backends.tinygrad.rescue import Rescuable
-from tinyjax.backends.tinygrad.runtimes import locate_dawn
+from tinyjax.backends.tinygrad.machinery.amendments import amend, kernels_timed
+from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
+from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
+from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
-from tinyjax.ir import profile
+from tinyjax.ir import float64, profile
 from tinyjax.ir.backend import Backend, Compiled, Placement
 from tinyjax.ir.program import interpret, read_outputs
 

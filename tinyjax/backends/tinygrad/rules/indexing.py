@@ -14,8 +14,8 @@ from jax.lax import GatherScatterMode
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad.contraction import window_views, dtype_limit
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.rules.contraction import window_views, dtype_limit
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 

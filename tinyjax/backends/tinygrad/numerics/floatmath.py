@@ -14,8 +14,8 @@ import math
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad.floatbits import F32, F64, bits, fabs, isnan, minus, sign_bit, typed, width, with_sign
-from tinyjax.backends.tinygrad.rounding import ROUNDED, rounded
+from tinyjax.backends.tinygrad.numerics.floatbits import F32, F64, bits, fabs, isnan, minus, sign_bit, typed, width, with_sign
+from tinyjax.backends.tinygrad.numerics.rounding import ROUNDED, rounded
 
 INF, NAN = math.inf, math.nan
 

@@ -17,11 +17,11 @@ import jax
 import numpy as np
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad import elementwise as ew
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad import xla_formulas as xf
-from tinyjax.backends.tinygrad.carried import is_complex, real_dtype
+from tinyjax.backends.tinygrad.rules import elementwise as ew
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatmath as fm
+from tinyjax.backends.tinygrad.numerics import xla_formulas as xf
+from tinyjax.backends.tinygrad.numerics.carried import is_complex, real_dtype
 from tinyjax.backends.tinygrad.table import RULES, RuleContext, register_complex, tg_dtype
 
 

@@ -4,8 +4,8 @@ lgamma, digamma), replayed with the same roundings so that they share XLA's erro
 import math
 import operator
 
-from tinyjax.backends.tinygrad.floatbits import F64, fabs
-from tinyjax.backends.tinygrad.floatmath import (INF, NAN, cos, div, exp, expm1, in_f32, log, log1p, poly,
+from tinyjax.backends.tinygrad.numerics.floatbits import F64, fabs
+from tinyjax.backends.tinygrad.numerics.floatmath import (INF, NAN, cos, div, exp, expm1, in_f32, log, log1p, poly,
                                                  rounded_op, sin)
 
 

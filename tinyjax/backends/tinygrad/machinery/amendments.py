@@ -63,7 +63,7 @@ from tinygrad.schedule import memory
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
-from tinyjax.backends.tinygrad import kernel_opts, program_cache
+from tinyjax.backends.tinygrad.machinery import kernel_opts, program_cache
 
 # The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
 # NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and

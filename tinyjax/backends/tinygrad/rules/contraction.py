@@ -11,7 +11,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 

@@ -9,8 +9,8 @@ row, fine for rows of a few thousand; each output element is then picked by comp
 import numpy as np
 from tinygrad import dtypes
 
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad.indexing import arange, pick
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.rules.indexing import arange, pick
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 

@@ -21,8 +21,8 @@ import functools
 
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
-from tinyjax.backends.tinygrad import carried
-from tinyjax.backends.tinygrad.replay import Alternating, capturing, distinct_buffers
+from tinyjax.backends.tinygrad.numerics import carried
+from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture

@@ -8,7 +8,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from tinyjax.backends.tinygrad import carried
+from tinyjax.backends.tinygrad.numerics import carried
 from tinyjax.backends.tinygrad.table import tg_dtype
 from tinyjax.ir import keys
 from tinyjax.ir.backend import Device, DeviceNotFoundError

@@ -11,9 +11,9 @@ import numpy as np
 
 from tinyjax import config
 from tinyjax.backends import xla
-from tinyjax.backends.tinygrad.amendments import kernel_context
-from tinyjax.backends.tinygrad.plan import Segment, crossing_bytes
-from tinyjax.backends.tinygrad.replay import Replayed
+from tinyjax.backends.tinygrad.machinery.amendments import kernel_context
+from tinyjax.backends.tinygrad.machinery.plan import Segment, crossing_bytes
+from tinyjax.backends.tinygrad.machinery.replay import Replayed
 from tinyjax.ir import profile
 from tinyjax.ir.backend import FallbackError, FallbackWarning, Placement
 

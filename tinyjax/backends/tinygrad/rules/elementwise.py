@@ -12,9 +12,9 @@ from tinygrad import dtypes
 from tinygrad.dtype import can_lossless_cast
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad import xla_formulas as xf
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatmath as fm
+from tinyjax.backends.tinygrad.numerics import xla_formulas as xf
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 

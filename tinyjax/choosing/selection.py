@@ -7,7 +7,7 @@ import threading
 import warnings
 
 from tinyjax import config
-from tinyjax.backends import float64
+from tinyjax.ir import float64
 from tinyjax.ir.backend import Backend, Device, FallbackError, FallbackWarning, Float64Error
 
 _backends: dict[tuple[str, str], Backend] = {}
@@ -49,7 +49,7 @@ def _make(name: str, device: str) -> Backend:
     from tinyjax.backends.xla import XlaBackend
     return XlaBackend(device)
   if name == "auto":
-    from tinyjax.backends.auto import AutoBackend
+    from tinyjax.choosing.auto import AutoBackend
     return AutoBackend(backend_for("tinygrad", device), backend_for("xla", ""))
   from tinyjax.backends.tinygrad import TinygradBackend
   return TinygradBackend(device)
@@ -61,7 +61,7 @@ def devices(backend: str | None = None) -> list[Device]:
   if name == "xla":
     from tinyjax.backends.xla import available_devices
   else:
-    from tinyjax.backends.tinygrad.device import available_devices
+    from tinyjax.backends.tinygrad.machinery.device import available_devices
   return available_devices()
 
 

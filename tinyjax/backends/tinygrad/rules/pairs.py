@@ -6,11 +6,11 @@ import math
 from tinygrad import Tensor
 from tinygrad.dtype import _to_np_dtype
 
-from tinyjax.backends.tinygrad import complexmath
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.carried import is_complex
-from tinyjax.backends.tinygrad.indexing import pick
+from tinyjax.backends.tinygrad.rules import complexmath
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatmath as fm
+from tinyjax.backends.tinygrad.numerics.carried import is_complex
+from tinyjax.backends.tinygrad.rules.indexing import pick
 from tinyjax.backends.tinygrad.table import register, register_complex
 
 

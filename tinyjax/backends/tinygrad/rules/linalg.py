@@ -32,12 +32,12 @@ import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import _to_np_dtype
 
-from tinyjax.backends.tinygrad import pairs
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad import floatmath as fm
-from tinyjax.backends.tinygrad.indexing import arange, pick
-from tinyjax.backends.tinygrad.pairs import Pair, real_and_complex
-from tinyjax.backends.tinygrad.replay import Alternating, capturing, distinct_buffers, step_jit
+from tinyjax.backends.tinygrad.rules import pairs
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatmath as fm
+from tinyjax.backends.tinygrad.rules.indexing import arange, pick
+from tinyjax.backends.tinygrad.rules.pairs import Pair, real_and_complex
+from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers, step_jit
 from tinyjax.backends.tinygrad.table import register
 
 

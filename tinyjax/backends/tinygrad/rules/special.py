@@ -21,7 +21,7 @@ from jax import lax
 from jax._src.lax import special as jax_special
 from jax._src.random import core as jax_random
 
-from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.table import register
 
 

@@ -15,8 +15,8 @@ from tinygrad.runtime import ops_cpu
 from tinygrad.tensor import all_tensors
 from tinygrad.uop.ops import Ops, UOp, buffers
 
-from tinyjax.backends.tinygrad import amendments
-from tinyjax.backends.tinygrad import floatbits as fb
+from tinyjax.backends.tinygrad.machinery import amendments
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.ir import profile
 
 # A replay's written outputs come from a pool of (at most) this many sets per program, when they total at most

@@ -11,8 +11,8 @@ import math
 
 from tinygrad import Tensor, dtypes
 
-from tinyjax.backends.tinygrad import floatbits as fb
-from tinyjax.backends.tinygrad import floatmath as fm
+from tinyjax.backends.tinygrad.numerics import floatbits as fb
+from tinyjax.backends.tinygrad.numerics import floatmath as fm
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax.backends import xla
-from tinyjax.backends.tinygrad import carried
-from tinyjax.backends.tinygrad.replay import distinct_buffers
+from tinyjax.backends.tinygrad.numerics import carried
+from tinyjax.backends.tinygrad.machinery.replay import distinct_buffers
 from tinyjax.backends.tinygrad.table import (CARRIED_AS_IS, COMPLEX_RULES, EXPANSIONS, LAYOUTS, RULES,
                                              holds_stepped_loops, takes_complex, uses_host_sync)
 from tinyjax.ir import keys, profile

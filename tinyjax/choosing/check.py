@@ -22,8 +22,8 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 
 from tinyjax import config
-from tinyjax.backends import float64
-from tinyjax.backends.selection import backend_for
+from tinyjax.ir import float64
+from tinyjax.choosing.selection import backend_for
 from tinyjax.ir.backend import Backend, wrap_compiled
 from tinyjax.ir.program import Program
 

@@ -19,9 +19,9 @@ import numpy as np
 from tinygrad import Tensor
 from tinygrad.dtype import _to_np_dtype
 
-from tinyjax.backends.tinygrad import device
-from tinyjax.backends.tinygrad.carried import is_complex
-from tinyjax.backends.tinygrad.complexmath import paired, parts
+from tinyjax.backends.tinygrad.machinery import device
+from tinyjax.backends.tinygrad.numerics.carried import is_complex
+from tinyjax.backends.tinygrad.rules.complexmath import paired, parts
 from tinyjax.backends.tinygrad.table import register_complex
 
 DIRECT = 64  # primes up to this are radices (a DFT matrix product); a larger prime factor is Bluestein's
