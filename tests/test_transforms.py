@@ -146,6 +146,15 @@ def test_jit_keeps_static_python_scalars_static(static):
   assert traces == [3, 4]  # one trace per static value, none that failed
 
 
+def test_a_builtin_is_called_as_before_once_a_jit_exists():
+  """The jitted functions' registry is keyed weakly; a builtin (not weakly referenceable) is no jitted function."""
+  from tinyjax.core import tracing
+  tinyjax.jit(lambda x: x)
+  assert tracing.call(max, (1.0, 2.5)) == 2.5
+  with pytest.raises(AttributeError):
+    tracing.call(getattr, (tnp.arange(3.0), "no_such_attribute"))
+
+
 def test_make_jaxpr_and_eval_shape_accept_tinyjax_arrays():
   x = tnp.asarray(X)
   assert str(tinyjax.make_jaxpr(loss)(x)) == str(jax.make_jaxpr(loss)(X))

@@ -407,10 +407,18 @@ def declare_jitted(jitted, static_positions) -> None:
   _jitted_statics[jitted] = frozenset(static_positions)
 
 
+def _jit_statics(fn) -> frozenset | None:
+  """The static positions of JAX's jitted `fn` (declare_jitted), or None for any other function."""
+  try:
+    return _jitted_statics.get(fn)
+  except TypeError:  # not weakly referenceable (a builtin, as `getattr`): no jitted function
+    return None
+
+
 def scalars_marked(fn, args: tuple, kwargs: dict) -> tuple:
   """The call's top-level Python scalars that are traced as weak-typed inputs, wrapped in Scalar (all of them but a
   jitted function's static arguments)."""
-  statics = _jitted_statics.get(fn, ()) if _jitted_statics else ()
+  statics = _jit_statics(fn) or ()
   int_ranges = _integer_ranges(args, kwargs) if any(type(a) is int for a in args) else []
   return tuple(a if i in statics or i - len(args) in statics
                else Scalar(a) if type(a) in (float, complex) or type(a) is int and _fits(a, int_ranges) else a
@@ -585,8 +593,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   except Exception as error:
     # NB: JAX hands NumPy inputs to NumPy in places (jnp.reshape calls ndarray.reshape): the error of the call as
     # made is what JAX's own eager call raises
-    if fn in _jitted_statics or not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)
-                                     or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
+    if _jit_statics(fn) is not None or not (scalars_dynamic or isinstance(error, _VALUE_DEPENDENT)
+                                            or any(isinstance(x, (np.ndarray, np.generic)) for x in leaves)):
       raise
     traced = None
   # outside the except block, so that a later error is not chained to it
