@@ -112,6 +112,8 @@ def test_arrays_placed_on_a_mesh_like_jax():
     assert jax.typeof(actual[name]) == jax.typeof(value), name
     # NB: P() and P(None, None) are one sharding (JAX's eager shard_map names its out_specs; its type the latter)
     assert actual[name].sharding.is_equivalent_to(value.sharding, value.ndim), name
+    assert (actual[name].committed, actual[name].is_fully_replicated) == (value.committed,
+                                                                          value.is_fully_replicated), name
   placed, expected_placed = actual["placed"], expected["placed"]
   assert placed.devices() == expected_placed.devices() and not placed.is_fully_replicated
   assert [(s.device, s.index) for s in placed.addressable_shards] == [(s.device, s.index)

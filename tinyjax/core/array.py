@@ -298,8 +298,11 @@ class Array(jax.Array):
   addressable_shards = property(lambda self: self._as_jax().addressable_shards)
   global_shards = addressable_shards
   is_fully_addressable = property(lambda self: True)
-  is_fully_replicated = property(lambda self: True)
-  committed = property(lambda self: False)  # NB: a computation runs on the device in effect at its flush
+  # a result whose type names a mesh is committed to that mesh's devices, as JAX's results on a mesh are; any other
+  # NB: is not, a computation runs on the device in effect at its flush
+  is_fully_replicated = property(lambda self: (sharding := _named_sharding(self.aval)) is None
+                                 or sharding.is_fully_replicated)
+  committed = property(lambda self: _named_sharding(self.aval) is not None)
   _committed = committed
 
   @property
