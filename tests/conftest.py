@@ -110,10 +110,10 @@ def pytest_terminal_summary(terminalreporter, config):
 def _isolated_settings():
   """Each test starts from the settings the session started with (config.update does not leak between tests)."""
   from tinyjax import config
-  saved = dict(config._overrides)
+  saved = config.updated()
   yield
-  config._overrides.clear()
-  config._overrides.update(saved)
+  for name in set(config.updated()) | set(saved):
+    config.update(name, saved.get(name))
 
 
 @pytest.fixture

@@ -23,15 +23,12 @@ RTOL = {np.dtype(np.float16): 2e-3, np.dtype(jnp.bfloat16): 2e-2, np.dtype(np.fl
 @contextlib.contextmanager
 def native():
   """Inside, any equation that would fall back to XLA raises tinyjax.FallbackError at the call."""
-  previous = tinyjax.config._overrides.get("fallback")
+  previous = tinyjax.config.updated().get("fallback")
   tinyjax.config.update("fallback", "error")
   try:
     yield
   finally:
-    if previous is None:
-      tinyjax.config._overrides.pop("fallback", None)
-    else:
-      tinyjax.config.update("fallback", previous)
+    tinyjax.config.update("fallback", previous)
 
 
 @contextlib.contextmanager

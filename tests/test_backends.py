@@ -34,7 +34,7 @@ def default_settings(monkeypatch):
   for env in _SETTINGS:
     monkeypatch.delenv(env, raising=False)
   for name in ("backend", "device", "fallback"):
-    monkeypatch.delitem(tinyjax.config._overrides, name, raising=False)
+    tinyjax.config.update(name, None)  # restored after the test (conftest)
   yield
   tinyjax.flush()
 
@@ -74,6 +74,17 @@ def test_config_update_selects_the_backend(monkeypatch):
   y = x + 1  # x is on XLA: it moves to tinygrad for this flush
   assert _platform(y.block_until_ready()) == "tinygrad"
   assert_like_jax([x, y], [jnp.arange(4.0) * 2, jnp.arange(4.0) * 2 + 1])
+
+
+def test_config_update_of_none_unsets(monkeypatch):
+  """update(name, None) gives the setting back to the environment (or the default); updated() lists what is set."""
+  monkeypatch.setenv("TINYJAX_FALLBACK", "warn")
+  tinyjax.config.update("fallback", "error")
+  assert tinyjax.config.get("fallback") == "error" and tinyjax.config.updated()["fallback"] == "error"
+  tinyjax.config.update("fallback", None)
+  assert tinyjax.config.get("fallback") == "warn" and "fallback" not in tinyjax.config.updated()
+  with pytest.raises(ValueError, match="unknown tinyjax setting"):
+    tinyjax.config.update("no_such_setting", None)
 
 
 def test_setting_applies_at_the_flush(monkeypatch):

@@ -68,8 +68,7 @@ def test_buffer_limit_flushes_a_growing_buffer(monkeypatch, how):
   if how == "env":
     monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "10")
   else:
-    monkeypatch.setitem(tinyjax.config._overrides, "buffer_limit", "10")  # restored after the test
-    tinyjax.config.update("buffer_limit", 10)
+    tinyjax.config.update("buffer_limit", 10)  # restored after the test (conftest)
   flushes = tinyjax.report().flushes
   x = tnp.zeros(4)
   first = x = x + 1
@@ -77,7 +76,8 @@ def test_buffer_limit_flushes_a_growing_buffer(monkeypatch, how):
     x = x + 1
   assert tinyjax.report().flushes >= flushes + 2  # flushed without anyone reading
   assert not first._value.pending
-  assert len(pending._queue.pending) <= 12 and pending._queue.n_eqns <= 11
+  arrays, equations = pending.queued()
+  assert arrays <= 12 and equations <= 11
   assert_like_jax(x, jnp.zeros(4) + 31)
 
 
@@ -86,17 +86,17 @@ def test_a_changed_buffer_limit_holds_from_the_next_call(monkeypatch):
   x = tnp.zeros(4) + 1
   for _ in range(20):
     x = x + 1
-  assert pending._queue.n_eqns >= 21
+  assert pending.queued()[1] >= 21
   monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "5")
   x = x + 1  # past the new bound: flushed at this call
-  assert pending._queue.n_eqns == 0 and not x._value.pending
+  assert pending.queued()[1] == 0 and not x._value.pending
   for _ in range(8):
     x = x + 1
-  assert pending._queue.n_eqns <= 6
+  assert pending.queued()[1] <= 6
   tinyjax.config.update("buffer_limit", 3)  # an override, restored after the test (tests/conftest.py)
   for _ in range(8):
     x = x + 1
-  assert pending._queue.n_eqns <= 4
+  assert pending.queued()[1] <= 4
   assert_like_jax(x, jnp.zeros(4) + 38)
 
 
@@ -175,15 +175,15 @@ def test_long_eager_loop_keeps_memory_flat_and_the_buffer_bounded(monkeypatch):
     nonlocal x, most_equations, most_arrays
     for _ in range(n // 2):
       x = x * scale + shift
-      most_equations = max(most_equations, pending._queue.n_eqns)
-      most_arrays = max(most_arrays, len(pending._queue.pending))
+      most_equations = max(most_equations, pending.queued()[1])
+      most_arrays = max(most_arrays, pending.queued()[0])
     x.block_until_ready()
   steps(2_000)
   before = memory_in_use()
   steps(100_000)
   assert_flat(before, memory_in_use(), values=2)
   assert most_equations <= limit and most_arrays <= limit
-  assert len(pending._queue.pending) == 0
+  assert pending.queued()[0] == 0
   assert_like_jax(x, jnp.full(64, 0.5, jnp.float32))  # the fixed point of x * 0.5 + 0.25
 
 

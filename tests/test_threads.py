@@ -186,7 +186,7 @@ def test_config_update_is_process_wide():
     x = tnp.zeros(3)
     for _ in range(40):
       x = x + 1
-      lengths.append(pending._queue.n_eqns)
+      lengths.append(pending.queued()[1])
     assert_like_jax(x, jnp.zeros(3) + 40)
   run_threads(worker, worker)
   assert max(lengths) <= 8

@@ -129,9 +129,13 @@ def _decoded(raw: bytes) -> str:
   return os.fsdecode(raw)
 
 
-def _check(name: str, value: str) -> str:
+def _check_name(name: str) -> None:
   if name not in SETTINGS:
     raise ValueError(f"unknown tinyjax setting {name!r}; settings are {sorted(SETTINGS)}")
+
+
+def _check(name: str, value: str) -> str:
+  _check_name(name)
   setting = SETTINGS[name]
   if setting.choices is not None and value not in setting.choices:
     raise ValueError(f"{setting.env}={value!r} is not one of {list(setting.choices)}")
@@ -141,11 +145,20 @@ def _check(name: str, value: str) -> str:
 
 
 def update(name: str, value) -> None:
-  """Set a setting for this process, like `jax.config.update`. `jax_*` names are passed to JAX."""
+  """Set a setting for this process, like `jax.config.update`; None unsets it (the environment's value, or the
+  default, is in effect again). `jax_*` names are passed to JAX."""
   if name.startswith("jax_"):
     jax.config.update(name, value)
-    return
-  _overrides[name] = _check(name, str(value))
+  elif value is None:
+    _check_name(name)
+    _overrides.pop(name, None)
+  else:
+    _overrides[name] = _check(name, str(value))
+
+
+def updated() -> dict[str, str]:
+  """The settings `update` set in this process, by name (a copy: give each back to `update` to restore them)."""
+  return dict(_overrides)
 
 
 def validated(name: str) -> str:
@@ -176,7 +189,8 @@ def markdown() -> str:
   """docs/settings.md, generated from SETTINGS."""
   lines = ["# Settings", "",
            "Generated from `tinyjax.config.SETTINGS`. Each is read when first needed (never at import): the value",
-           "given to `tinyjax.config.update(name, value)` wins, then the environment variable, then the default.",
+           "given to `tinyjax.config.update(name, value)` wins, then the environment variable, then the default;",
+           "`update(name, None)` unsets it, and `tinyjax.config.updated()` lists what `update` set.",
            "`tinyjax.default_device(d)` overrides `device` inside a `with` block. Names starting with `jax_` go to",
            "`jax.config.update` (e.g. `jax_enable_x64`, also honoured from `JAX_ENABLE_X64`). tinygrad's own",
            "variables (`DEV`, `DEBUG`, `BEAM`, `JIT`, `CACHEDB`) are passed through untouched.", "",

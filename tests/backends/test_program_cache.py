@@ -216,7 +216,7 @@ def test_another_tinygrad_makes_entries_stale(kernel, cache, monkeypatch, stamp)
 
 def test_off_writes_nothing(kernel, cache, tmp_path, monkeypatch):
   """TINYJAX_PROGRAM_CACHE= (empty): nothing written, in the home directory (the default's) or anywhere."""
-  config._overrides.pop("program_cache")
+  config.update("program_cache", None)
   monkeypatch.setenv("TINYJAX_PROGRAM_CACHE", "")
   monkeypatch.setenv("HOME", str(tmp_path))
   ast, renderer, program = kernel

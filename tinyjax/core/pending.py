@@ -98,6 +98,11 @@ def anything_pending() -> bool:
   return bool(_queue.pending)
 
 
+def queued() -> tuple[int, int]:
+  """What this thread's next flush would run: (pending Arrays, equations)."""
+  return len(_queue.pending), _queue.n_eqns
+
+
 flush_lock = threading.RLock()  # NB: flushes are serialised; tinygrad's scheduler is not thread-safe.
 _programs: collections.OrderedDict = collections.OrderedDict()
 _PROGRAM_CACHE_SIZE = 512
