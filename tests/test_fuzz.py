@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import os
 import pathlib
+import re
 import warnings
 from typing import Callable
 
@@ -34,7 +35,7 @@ from hypothesis import strategies as st
 import tinyjax
 import tinyjax.backends.tinygrad  # noqa: F401  (tinygrad raises the recursion limit at import: not mid-test)
 import tinyjax.numpy as tnp
-from oracle import RTOL, _assert_specials, assert_like_jax, assert_values, check, native
+from oracle import RTOL, assert_like_jax, assert_values, check, native, x64
 from xfail import XFAIL_ON_DEVICE, device_under_test, param
 
 # programs per test in the suite: fewer on the device legs (CL and WEBGPU compile 2-3x slower than clang)
@@ -357,34 +358,63 @@ def _compare_calls(program: Program, actual: list, how: str):
     try:
       assert_like_jax(result, expected, **tolerance)
     except AssertionError as error:
-      if not (_fused_multiply_add(program, call, operands, result, expected)
+      if not (_fused_multiply_add(program, call, values, result, expected)
               or _same_once_flushed(result, expected, tolerance)):
         raise AssertionError(f"{how}: v{i} = {call.expr} differs from JAX's on the same operands: {error}") from None
 
 
 # The ops that carry a product unchanged into the next call, in the same kernel (a view, or a negation that clang
-# folds into the fused multiply-add), and those that make one
+# folds into the fused multiply-add)
 _CARRY_A_PRODUCT = ("reshape", "transpose", "broadcast_to", "index", "negative")
-_PRODUCTS = ("multiply", "square")
+_TWO_OPERANDS = re.compile(r"^np_\.(\w+)\((\w+), (.+)\)$")  # np_.add(v1, a0), np_.multiply(v0, 2.5), ...
+_FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # factors exact in a float64 product
 
 
-def _product(program: Program, name: str) -> bool:
-  """Whether the value `name` is a product tinyjax computed (through views and negations of it)."""
+def _exact_product(program: Program, name: str, values: dict) -> np.ndarray | None:
+  """The value `name` computed with its product exact (float64), where it is a product, or views and negations of
+  one: the factors as the multiply saw them (converted to its dtype), multiplied in float64, then the same views."""
+  views = []
   while name.startswith("v"):
     call = program.calls[int(name[1:])]
-    if call.op in _PRODUCTS:
-      return True
+    if call.op == "square":
+      factors = [values[call.operands[0]]] * 2
+      break
+    if call.op == "multiply":
+      x, y = _TWO_OPERANDS.match(call.expr).group(2, 3)
+      factors = [values[x], values[y] if y in values else eval(y)]
+      break
     if call.op not in _CARRY_A_PRODUCT:
-      return False
+      return None
+    views.append(call)
     name = call.operands[0]
-  return False
+  else:
+    return None
+  dtype = np.asarray(values[name]).dtype
+  product = np.multiply(*[np.asarray(np.asarray(f).astype(dtype), np.float64) for f in factors])
+  with x64():
+    for call in reversed(views):  # NB: as JAX computes them (an index out of range is clamped)
+      product = _expression(call.operands, call.expr)(jnp.asarray(product))
+    return np.asarray(product, np.float64)
 
 
-def _fused_multiply_add(program: Program, call: Call, operands: list, result, expected) -> bool:
-  """Whether a float sum of a product differs from JAX's only as a fused multiply-add can make it differ: the same
-  dtype and weak type, the same NaN, infinities and zeros (signs included), and elsewhere within the dtype's tolerance
-  of its terms' magnitudes, element by element (the product rounded once less: its last bits, or the tiny nonzero
-  remainder of a sum that cancels where JAX's rounded product cancels to zero).
+def _rounded_sum(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+  """a + b, each exact in float64, rounded once to `dtype` (to nearest, ties to even). The float64 sum s rounds
+  too: TwoSum's exact remainder e (a + b = s + e) decides where s lands on a tie of `dtype`."""
+  with np.errstate(invalid="ignore", over="ignore"):
+    s = a + b
+    z = s - a
+    e = (a - (s - z)) + (b - z)
+    rounded = s.astype(dtype)
+    other = np.nextafter(rounded, np.where(s > rounded, np.inf, -np.inf).astype(dtype))
+    tie = (s != rounded) & (s == (rounded.astype(np.float64) + other.astype(np.float64)) / 2)
+    return np.where(tie & (e > 0), np.maximum(rounded, other), np.where(tie & (e < 0), np.minimum(rounded, other),
+                                                                         rounded))
+
+
+def _fused_multiply_add(program: Program, call: Call, values: dict, result, expected) -> bool:
+  """Whether a float sum of a product differs from JAX's only where the product is fused into it: the same dtype,
+  weak type and shape, and each element either JAX's or the sum recomputed with one of its products exact and
+  rounded once (bit for bit: NaN, infinities and the sign of zero included).
 
   NB: known difference (tests/xfail.py "a * b + c, fused"): clang, POCL and NVRTC contract a product and a sum in one
   kernel into a fused multiply-add, as XLA does under jax.jit (not in JAX's eager calls, which the fuzzer compares
@@ -393,22 +423,24 @@ def _fused_multiply_add(program: Program, call: Call, operands: list, result, ex
   fusing = {device for device, name, _ in XFAIL_ON_DEVICE if name == "a * b + c, fused"}
   actual, wanted = np.asarray(result), np.asarray(expected)
   if (call.op not in ("add", "subtract") or (device_under_test() or "CPU") not in fusing
-          or not any(_product(program, name) for name in call.operands) or actual.dtype.kind != "f"
+          or actual.dtype not in _FUSED_DTYPES
           or (actual.dtype, actual.shape, result.weak_type) != (wanted.dtype, wanted.shape, expected.aval.weak_type)):
     return False
-  terms = np.zeros(actual.shape)
-  for operand in operands:
-    magnitude = np.abs(np.broadcast_to(np.asarray(operand, np.float64), actual.shape))
-    terms = np.fmax(terms, np.where(np.isfinite(magnitude), magnitude, 0.0))
-  actual, wanted = actual.astype(np.float64), wanted.astype(np.float64)
-  try:
-    _assert_specials(actual, wanted)
-  except AssertionError:
+  x, y = _TWO_OPERANDS.match(call.expr).group(2, 3)
+  terms = [np.asarray(values[x]), np.asarray(values[y]) if y in values else np.asarray(eval(y))]
+  terms = [np.broadcast_to(np.asarray(t.astype(actual.dtype), np.float64), actual.shape) for t in terms]
+  sign = 1.0 if call.op == "add" else -1.0
+  possible = [wanted]
+  for i, name in enumerate((x, y)):
+    if name in values and (product := _exact_product(program, name, values)) is not None:
+      exact = [np.broadcast_to(product, actual.shape) if j == i else t for j, t in enumerate(terms)]
+      possible.append(_rounded_sum(exact[0], sign * exact[1], actual.dtype))
+  if len(possible) == 1:
     return False
-  both_zero = (actual == 0) & (wanted == 0)  # their signs are equal (checked above): nothing a fusion changes
-  finite = np.isfinite(wanted) & ~both_zero
-  rtol = RTOL[np.dtype(result.dtype)]
-  return bool(np.all(np.abs(actual - wanted)[finite] <= rtol * (np.abs(wanted) + terms)[finite]))
+  same = np.zeros(actual.shape, bool)
+  for value in possible:
+    same |= ((actual == value) & (np.signbit(actual) == np.signbit(value))) | (np.isnan(actual) & np.isnan(value))
+  return bool(same.all())
 
 
 def _tolerance(op: Op, operands: list, expected) -> dict:
@@ -472,6 +504,42 @@ def test_random_programs_match_jax(program):
 def test_random_programs_match_jax_x64(data):
   with jax.enable_x64(True):
     check_program(data.draw(programs(DTYPES_X64)))
+
+
+# --- the fused multiply-add the fuzzer forgives: only the fusion, recomputed
+
+def _product_then_sum(sum_op: str, fused: bool):
+  """a0 * a1 then +/- a2 (a2 - 1 where a product rounds to 1: the fusion shows), computed as JAX's eager calls do, or
+  under jax.jit, which XLA contracts into a fused multiply-add."""
+  a = np.array([1 + 2 ** -23, 3.0, -0.0, np.inf, 1e30, 0.1], np.float32)
+  b = np.array([1 - 2 ** -23, 1 / 3, 5.0, 0.0, 1e30, 10.0], np.float32)
+  c = np.array([1.0, 1.0, 0.0, 1.0, -np.inf, 1.0], np.float32)
+  program = Program([a, b, c], [Call("multiply", "np_.multiply(a0, a1)", ("a0", "a1")),
+                                Call(sum_op, f"np_.{sum_op}(v0, a2)", ("v0", "a2"))])
+  function = functools.partial(program.function, jnp)
+  return program, (jax.jit(function) if fused else function)(a, b, c)
+
+
+@pytest.mark.parametrize("sum_op", ["add", "subtract"])
+def test_the_fused_multiply_add_is_recomputed_not_assumed(sum_op):
+  """JAX's jit result (fused) is forgiven against JAX's eager one where the device's compiler fuses (never elsewhere);
+  a result one ulp off elsewhere, of another dtype, or with another sign of zero is not."""
+  program, (product, eager) = _product_then_sum(sum_op, fused=False)
+  _, (_, fused) = _product_then_sum(sum_op, fused=True)
+  assert not np.array_equal(np.asarray(fused), np.asarray(eager))  # the case shows a fusion
+  values = {"a0": jnp.asarray(program.inputs[0]), "a1": jnp.asarray(program.inputs[1]),
+            "a2": jnp.asarray(program.inputs[2]), "v0": product}
+  call = program.calls[1]
+  fusing = {device for device, name, _ in XFAIL_ON_DEVICE if name == "a * b + c, fused"}
+  assert _fused_multiply_add(program, call, values, tinyjax.numpy.asarray(fused), eager) == (
+    (device_under_test() or "CPU") in fusing)
+  off = np.asarray(fused).copy()
+  off[1] = np.nextafter(off[1], np.float32(np.inf))
+  assert not _fused_multiply_add(program, call, values, tinyjax.numpy.asarray(off), eager)
+  assert not _fused_multiply_add(program, call, values, tinyjax.numpy.asarray(np.asarray(fused, np.float16)), eager)
+  zero_sign = np.asarray(fused).copy()
+  zero_sign[2] = -zero_sign[2]  # -0.0 * 5 + 0.0 is +0.0, fused or not
+  assert not _fused_multiply_add(program, call, values, tinyjax.numpy.asarray(zero_sign), eager)
 
 
 # --- known differences the fuzzer found: reproducers of their tests/xfail.py entries (the generator avoids them)
