@@ -1,5 +1,22 @@
-"""What many test files need: seeded random inputs for the rule tests, and a dtype's name for test ids."""
+"""What many test files need: seeded random inputs for the rule tests, a dtype's name for test ids, and the fixture
+that starts a test from the default backend, device and fallback policy."""
 import numpy as np
+import pytest
+
+
+@pytest.fixture
+def default_settings(monkeypatch):
+  """The test starts from the defaults (no TINYJAX_BACKEND, _DEVICE or _FALLBACK in the environment, none of them
+  set by config.update) and an empty buffer. A test file takes it for all its tests with
+  `pytestmark = pytest.mark.usefixtures("default_settings")` (and imports it)."""
+  import tinyjax
+  tinyjax.flush()
+  for env in ("TINYJAX_BACKEND", "TINYJAX_DEVICE", "TINYJAX_FALLBACK"):
+    monkeypatch.delenv(env, raising=False)
+  for name in ("backend", "device", "fallback"):
+    tinyjax.config.update(name, None)  # restored after the test (conftest)
+  yield
+  tinyjax.flush()
 
 
 def dtype_name(dtype) -> str:

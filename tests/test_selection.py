@@ -1,6 +1,7 @@
-"""Backends and settings: choosing the backend and device (environment, config.update, default_device), reading
-the settings at first use, device_put / device_get, the errors for bad settings and unknown devices, results that
-agree across backends, and the mixed fallback (segments, the TINYJAX_FALLBACK policy, explain and report).
+"""Choosing the backend (tinyjax/choosing/selection.py) and its settings: the backend and device (environment,
+config.update, default_device), reading the settings at first use, device_put / device_get, the errors for bad
+settings and unknown devices, results that agree across backends, and the mixed fallback (segments, the
+TINYJAX_FALLBACK policy, explain and report). The rescue, the kernel options and the replays are in tests/backends/.
 
 The fallback tests force equations onto XLA with primitives from NOT_YET_NATIVE (tridiagonal_solve, schur).
 """
@@ -19,24 +20,14 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 import tinyjax.scipy.linalg
-from oracle import assert_like_jax, check, native
+from helpers import default_settings  # noqa: F401  (the fixture, for every test here)
+from oracle import assert_like_jax
 from tinyjax.choosing import selection
 from tinyjax.backends.tinygrad.not_native import NOT_YET_NATIVE
 
 _FILE = os.path.abspath(__file__)
 _SETTINGS = ["TINYJAX_BACKEND", "TINYJAX_DEVICE", "TINYJAX_FALLBACK"]
-
-
-@pytest.fixture(autouse=True)
-def default_settings(monkeypatch):
-  """Each test starts from the defaults (no environment variable, no config.update) and an empty buffer."""
-  tinyjax.flush()
-  for env in _SETTINGS:
-    monkeypatch.delenv(env, raising=False)
-  for name in ("backend", "device", "fallback"):
-    tinyjax.config.update(name, None)  # restored after the test (conftest)
-  yield
-  tinyjax.flush()
+pytestmark = pytest.mark.usefixtures("default_settings")
 
 
 def program(m, x, w):
@@ -395,125 +386,3 @@ def test_fallback_policy_does_not_apply_on_xla(monkeypatch):
   report = tinyjax.explain(lambda: _spectrum(tnp, np.ones(8, np.float32)))()
   assert set(report.segments) == {"xla"} and report.bytes_crossed == 0
   assert_like_jax(w, jnp.linalg.eigh(jnp.eye(2) * 3)[0])
-
-
-# --- a kernel tinygrad fails to compile
-
-def _failing_compiler(monkeypatch, failure="compile"):
-  """Every kernel compiled from now on fails: as clang fails on a kernel it rejects ("compile"), or as tinygrad's
-  code generation gives up on one ("codegen": its UOp verification), or with another RuntimeError ("other")."""
-  from tinygrad.device import CompileError, Compiler
-  backend = selection.current_backend()
-  assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
-  error = {"compile": CompileError("refused by the test"),
-           "codegen": RuntimeError("UOp verification failed at 3 on Ops.AFTER (refused by the test)"),
-           "other": RuntimeError("out of memory (refused by the test)")}[failure]
-
-  def refuse(self, src):
-    raise error
-  monkeypatch.setattr(Compiler, "compile_cached", refuse)
-
-
-@pytest.mark.parametrize("policy,failure,size", [("xla", "compile", 19), ("warn", "compile", 21),
-                                                 ("warn", "codegen", 25)])
-def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy, failure, size):
-  monkeypatch.setenv("TINYJAX_FALLBACK", policy)
-  _failing_compiler(monkeypatch, failure)
-  # NB: shapes no other test uses: their kernels are not compiled yet (and a rescued program stays rescued)
-  x = np.linspace(-2, 2, size, dtype=np.float32)
-  with pytest.warns(RuntimeWarning, match="could not compile a kernel .*sin x1.*XLA runs that program") as caught:
-    line = sys._getframe().f_lineno + 1
-    y = tnp.sin(x) * 3 + 1.5
-    np.asarray(y)
-  assert caught[0].filename == _FILE and caught[0].lineno == line
-  assert_like_jax(y, jnp.sin(x) * 3 + 1.5)
-
-
-def test_other_runtime_errors_are_not_rescued(monkeypatch):
-  _failing_compiler(monkeypatch, "other")
-  y = tnp.tan(np.linspace(-1, 1, 27, dtype=np.float32)) + 2  # NB: a shape no other test uses
-  with pytest.raises(RuntimeError, match="out of memory"):
-    np.asarray(y)
-
-
-def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
-  monkeypatch.setenv("TINYJAX_FALLBACK", "error")
-  _failing_compiler(monkeypatch)
-  x = np.linspace(-2, 2, 23, dtype=np.float32)  # NB: a shape no other test uses: its kernels are not compiled yet
-  flushes = tinyjax.report().primitives
-  line = sys._getframe().f_lineno + 1
-  y = tnp.cos(x) - 4
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")  # no rescue, no warning
-    with pytest.raises(tinyjax.FallbackError, match="could not compile a kernel") as info:
-      np.asarray(y)
-  message = str(info.value)
-  assert "cos x1" in message and "sub x1" in message and f"{_FILE}:{line}" in message
-  assert "refused by the test" in message and "TINYJAX_FALLBACK=error" in message
-  assert not any(backend == "xla" for backend, _ in tinyjax.report().primitives - flushes)
-  monkeypatch.undo()
-  assert_like_jax(y, jnp.cos(x) - 4)  # the value is still pending: with a working compiler, it computes
-
-
-def test_elementwise_kernels_on_the_cpu_are_left_to_clangs_vectorizer(monkeypatch):
-  """On the CPU device a long elementwise kernel is not upcast (clang vectorizes the plain loop: kernel_opts.py); a
-  kernel with a reduction keeps tinygrad's choice."""
-  from tinygrad.codegen.opt import OptOps, heuristic
-  chosen = {}
-  optimize = heuristic.hand_coded_optimizations
-
-  def recording(kernel):
-    tuned = optimize(kernel)
-    chosen[kernel.reduceop is not None] = [opt.op for opt in tuned.applied_opts]
-    return tuned
-  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
-  x = np.linspace(-3, 3, 4 * 33331, dtype=np.float32).reshape(4, 33331)  # NB: a shape no other test uses
-  with native():
-    y, total = tnp.exp(x) * 2 - 1, tnp.max(x * x, axis=1)
-    assert_like_jax(y, jnp.exp(x) * 2 - 1)
-    assert_like_jax(total, jnp.max(x * x, axis=1))
-  assert set(chosen) == {False, True}
-  assert (OptOps.UPCAST in chosen[False]) == (selection.current_backend().device != "CPU"), chosen
-
-
-def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
-  """A reduction over a long fused body (sin, cos, exp and tanh per term) is not copied 4x4x16 times, as tinygrad's
-  heuristic chose: its kernel stays within kernel_opts.EXPANDED_BODY, with JAX's results."""
-  from tinygrad.codegen.opt import heuristic
-  from tinyjax.backends.tinygrad.machinery import kernel_opts
-  sizes = []  # (AST nodes, tinygrad's copies, ours) of each reduction kernel
-  optimize = heuristic.hand_coded_optimizations
-
-  def recording(kernel):
-    tuned = optimize(kernel)
-    if kernel.reduceop is not None:
-      sizes.append((len(kernel.ast.toposort()), optimize.__wrapped__(kernel).upcast_size(), tuned.upcast_size()))
-    return tuned
-  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
-  rng = np.random.default_rng(3)  # NB: shapes no other test uses, so that the kernel is compiled here
-  x, w = rng.normal(size=(44, 24)).astype(np.float32), rng.normal(size=(24, 52)).astype(np.float32)
-  fn = lambda m, x, w: m.sum(m.exp(m.sin(x[:, :, None]) * m.cos(w[None])) * m.tanh(x[:, :, None] - w[None]), axis=1)
-  check(fn, x, w, rtol=1e-5, atol=1e-5)  # sums of 24 terms of either sign: some results are near zero
-  assert any(body * theirs > kernel_opts.EXPANDED_BODY for body, theirs, _ in sizes), sizes
-  assert all(body * ours <= kernel_opts.EXPANDED_BODY for body, _, ours in sizes), sizes
-
-
-# --- replays
-
-def test_replays_launch_the_captured_kernels_with_jaxs_results():
-  """A jitted program is run plainly, captured, then replayed by tinyjax's launcher (backends/tinygrad/replay.py):
-  every call, with new inputs each time, gives jax.jit's outputs (a reshaped one, a reduction, an input passed
-  through), and the replays go through the launcher, not tinygrad's run_linear (which a capture of anything but
-  plain kernels would fall back to)."""
-  from tinyjax.core import pending
-
-  def f(x, y):
-    return (x * y + 1.0).reshape(2, 4), jnp.sin(x).sum(), x
-  jitted = tinyjax.jit(f)
-  y = np.full(8, 2.0, np.float32)
-  for step in range(5):
-    x = np.arange(8, dtype=np.float32) - step
-    for ours, theirs in zip(jitted(tnp.asarray(x), tnp.asarray(y)), jax.jit(f)(x, y), strict=True):
-      assert_like_jax(ours, theirs, rtol=1e-6)
-  *_, compiled = pending._programs.values()
-  assert compiled.run.runner.kernels, "the replays ran through tinygrad's run_linear, not the launcher"

@@ -1,0 +1,54 @@
+"""tinyjax's amendments to tinygrad's kernel options (tinyjax/backends/tinygrad/machinery/kernel_opts.py)."""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tinyjax.numpy as tnp
+from helpers import default_settings  # noqa: F401  (the fixture, for every test here)
+from oracle import assert_like_jax, check, native
+from tinyjax.choosing import selection
+
+pytestmark = pytest.mark.usefixtures("default_settings")
+
+
+def test_elementwise_kernels_on_the_cpu_are_left_to_clangs_vectorizer(monkeypatch):
+  """On the CPU device a long elementwise kernel is not upcast (clang vectorizes the plain loop: kernel_opts.py); a
+  kernel with a reduction keeps tinygrad's choice."""
+  from tinygrad.codegen.opt import OptOps, heuristic
+  chosen = {}
+  optimize = heuristic.hand_coded_optimizations
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    chosen[kernel.reduceop is not None] = [opt.op for opt in tuned.applied_opts]
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  x = np.linspace(-3, 3, 4 * 33331, dtype=np.float32).reshape(4, 33331)  # NB: a shape no other test uses
+  with native():
+    y, total = tnp.exp(x) * 2 - 1, tnp.max(x * x, axis=1)
+    assert_like_jax(y, jnp.exp(x) * 2 - 1)
+    assert_like_jax(total, jnp.max(x * x, axis=1))
+  assert set(chosen) == {False, True}
+  assert (OptOps.UPCAST in chosen[False]) == (selection.current_backend().device != "CPU"), chosen
+
+
+def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
+  """A reduction over a long fused body (sin, cos, exp and tanh per term) is not copied 4x4x16 times, as tinygrad's
+  heuristic chose: its kernel stays within kernel_opts.EXPANDED_BODY, with JAX's results."""
+  from tinygrad.codegen.opt import heuristic
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
+  sizes = []  # (AST nodes, tinygrad's copies, ours) of each reduction kernel
+  optimize = heuristic.hand_coded_optimizations
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    if kernel.reduceop is not None:
+      sizes.append((len(kernel.ast.toposort()), optimize.__wrapped__(kernel).upcast_size(), tuned.upcast_size()))
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  rng = np.random.default_rng(3)  # NB: shapes no other test uses, so that the kernel is compiled here
+  x, w = rng.normal(size=(44, 24)).astype(np.float32), rng.normal(size=(24, 52)).astype(np.float32)
+  fn = lambda m, x, w: m.sum(m.exp(m.sin(x[:, :, None]) * m.cos(w[None])) * m.tanh(x[:, :, None] - w[None]), axis=1)
+  check(fn, x, w, rtol=1e-5, atol=1e-5)  # sums of 24 terms of either sign: some results are near zero
+  assert any(body * theirs > kernel_opts.EXPANDED_BODY for body, theirs, _ in sizes), sizes
+  assert all(body * ours <= kernel_opts.EXPANDED_BODY for body, _, ours in sizes), sizes

@@ -1,0 +1,74 @@
+"""The rescue (tinyjax/backends/tinygrad/machinery/rescue.py): a program with a kernel tinygrad fails to compile runs
+on XLA from then on, with a warning at the user's line, or raises under TINYJAX_FALLBACK=error."""
+import os
+import sys
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tinyjax
+import tinyjax.numpy as tnp
+from helpers import default_settings  # noqa: F401  (the fixture, for every test here)
+from oracle import assert_like_jax
+from tinyjax.choosing import selection
+
+_FILE = os.path.abspath(__file__)
+pytestmark = pytest.mark.usefixtures("default_settings")
+
+
+def _failing_compiler(monkeypatch, failure="compile"):
+  """Every kernel compiled from now on fails: as clang fails on a kernel it rejects ("compile"), or as tinygrad's
+  code generation gives up on one ("codegen": its UOp verification), or with another RuntimeError ("other")."""
+  from tinygrad.device import CompileError, Compiler
+  backend = selection.current_backend()
+  assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
+  error = {"compile": CompileError("refused by the test"),
+           "codegen": RuntimeError("UOp verification failed at 3 on Ops.AFTER (refused by the test)"),
+           "other": RuntimeError("out of memory (refused by the test)")}[failure]
+
+  def refuse(self, src):
+    raise error
+  monkeypatch.setattr(Compiler, "compile_cached", refuse)
+
+
+@pytest.mark.parametrize("policy,failure,size", [("xla", "compile", 19), ("warn", "compile", 21),
+                                                 ("warn", "codegen", 25)])
+def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy, failure, size):
+  monkeypatch.setenv("TINYJAX_FALLBACK", policy)
+  _failing_compiler(monkeypatch, failure)
+  # NB: shapes no other test uses: their kernels are not compiled yet (and a rescued program stays rescued)
+  x = np.linspace(-2, 2, size, dtype=np.float32)
+  with pytest.warns(RuntimeWarning, match="could not compile a kernel .*sin x1.*XLA runs that program") as caught:
+    line = sys._getframe().f_lineno + 1
+    y = tnp.sin(x) * 3 + 1.5
+    np.asarray(y)
+  assert caught[0].filename == _FILE and caught[0].lineno == line
+  assert_like_jax(y, jnp.sin(x) * 3 + 1.5)
+
+
+def test_other_runtime_errors_are_not_rescued(monkeypatch):
+  _failing_compiler(monkeypatch, "other")
+  y = tnp.tan(np.linspace(-1, 1, 27, dtype=np.float32)) + 2  # NB: a shape no other test uses
+  with pytest.raises(RuntimeError, match="out of memory"):
+    np.asarray(y)
+
+
+def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
+  monkeypatch.setenv("TINYJAX_FALLBACK", "error")
+  _failing_compiler(monkeypatch)
+  x = np.linspace(-2, 2, 23, dtype=np.float32)  # NB: a shape no other test uses: its kernels are not compiled yet
+  flushes = tinyjax.report().primitives
+  line = sys._getframe().f_lineno + 1
+  y = tnp.cos(x) - 4
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no rescue, no warning
+    with pytest.raises(tinyjax.FallbackError, match="could not compile a kernel") as info:
+      np.asarray(y)
+  message = str(info.value)
+  assert "cos x1" in message and "sub x1" in message and f"{_FILE}:{line}" in message
+  assert "refused by the test" in message and "TINYJAX_FALLBACK=error" in message
+  assert not any(backend == "xla" for backend, _ in tinyjax.report().primitives - flushes)
+  monkeypatch.undo()
+  assert_like_jax(y, jnp.cos(x) - 4)  # the value is still pending: with a working compiler, it computes
