@@ -78,7 +78,7 @@ class Report:
     if total:
       lines.append(f"{native} of {total} equation runs native ({100 * native / total:.1f}%), the rest on XLA")
     if self.eager:
-      lines.append("run eagerly by JAX (they need concrete values): "
+      lines.append("run by JAX itself (they need concrete values, or values only JAX holds; docs/guarantees.md): "
                    + ", ".join(f"{fn} x{n}" for fn, n in sorted(self.eager.items())))
     return "\n".join(lines)
 

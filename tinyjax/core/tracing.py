@@ -6,12 +6,15 @@
 - otherwise the call is traced with `jax.make_jaxpr` on the inputs' avals (cached by function, avals and static
   arguments) and its equations appended to the pending buffer;
 - top-level Python scalars are traced as weak-typed inputs, so that `x * 2.0` and `x * 3.0` share one jaxpr;
-  when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static;
+  when the function needs the scalar's value (an axis, a shape) it is retried with the scalars static (not a jitted
+  function's: JAX's jit traces them, and its error is JAX's);
 - a call whose result holds no array (`lax.broadcast_shapes`, `lax.conv_dimension_numbers`, `lax.dtype`) returns
   JAX's value, not Arrays made of it;
 - functions that need concrete values (`jnp.unique`, `x[x > 0]`, ...) run eagerly on JAX's own arrays, and so do
   calls that draw random bits with jax_threefry_partitionable off, calls that factorize 16-bit floats, which JAX
-  refuses (see Traced.runs_on_jax), and every call while jax_debug_nans or jax_debug_infs is on.
+  refuses, calls that hold a value only JAX's runtime holds (a Ref, a custom element type) (see Traced.runs_on_jax),
+  calls on an array with shards in other processes (jax.distributed), and every call while jax_debug_nans or
+  jax_debug_infs is on.
 """
 import collections
 import dataclasses
@@ -586,6 +589,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
   if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
+  if any(isinstance(x, jax.Array) and not is_array(x) and not x.is_fully_addressable for x in leaves):
+    return _eager(fn, treedef, leaves)  # NB: an array with shards in other processes (jax.distributed): JAX computes
   signature = scalars_signature(fn, treedef, leaves)
   scalars_dynamic = signature is not None and signature not in _static_scalar_calls
   try:
@@ -648,7 +653,7 @@ def _eager(fn, treedef, leaves):
   result = _defer(fn, treedef, leaves)
 
   def wrap(x):
-    if not isinstance(x, jax.Array):
+    if not isinstance(x, jax.Array) or not x.is_fully_addressable:  # NB: JAX's own where shards are elsewhere
       return x
     return Array(Value(jax.typeof(x), host=np.asarray(keys.key_data(x))))
   return jax.tree_util.tree_map(wrap, result)
