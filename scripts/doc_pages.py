@@ -24,7 +24,8 @@ PAGES = [
   "automatic-differentiation", "automatic-vectorization", "complex-differentiation", "control-flow",
   "custom_pytrees", "debugging", "external-callbacks", "gradient-checkpointing", "higher-order",
   "jacobian-vector-products", "jaxpr", "jit-compilation", "key-concepts", "pytrees", "random-numbers",
-  "stateful-computations", "tracing", "array_refs", "jax-primitives", "autodidax2_part1", "debugging/flags", "parallel",
+  "stateful-computations", "tracing", "array_refs", "jax-primitives", "autodidax", "autodidax2_part1", "debugging/flags",
+  "parallel",
 ]
 
 DRIVER = '''
