@@ -121,6 +121,32 @@ def test_arrays_placed_on_a_mesh_like_jax():
   np.testing.assert_array_equal(placed.addressable_shards[1].data, expected_placed.addressable_shards[1].data)
 
 
+AUTO = _mesh((4, 2), ("X", "Y"))
+
+
+def _auto_mesh_programs():
+  """JAX's parallel page: arrays placed on a mesh of Auto axes, where XLA's propagation places the results."""
+  with jax.set_mesh(AUTO):
+    x = jax.device_put(X, P(None, "X"))
+    y = jax.device_put(X.T, P("X", None))
+    line = jax.device_put(X[:, 0], P("X"))
+
+    @jax.jit
+    def constrained(a, b):
+      return jax.lax.with_sharding_constraint(jnp.dot(a, b), P("X", None))
+    return {"eager sin": jnp.sin(line), "jit": jax.jit(lambda a: a * 2 + 1)(line), "dot": jnp.dot(x, y),
+            "constrained": constrained(x, y), "reduced": jnp.sum(x, axis=1)}
+
+
+def test_arrays_on_an_auto_mesh_are_placed_as_jax_places_them():
+  expected = _auto_mesh_programs()
+  with tinyjax.patch(), on_tinygrad():
+    actual = _auto_mesh_programs()
+  assert_like_jax(actual, expected, rtol=1e-6)
+  for name, value in expected.items():
+    assert actual[name].sharding.is_equivalent_to(value.sharding, value.ndim), (name, actual[name].sharding)
+
+
 def _printed_blocks():
   """JAX's shard_map page: an eager shard_map's body prints its value's block on each device."""
   @jax.shard_map(mesh=EXPLICIT, in_specs=P("d"), out_specs=P("d"))

@@ -406,7 +406,7 @@ def _named_sharding(aval):
 
 
 CommittedArray.__name__ = ShardedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
-tracing.set_array_types(Array, CommittedArray)
+tracing.set_array_types(Array, CommittedArray, ShardedArray)
 
 
 class _IndexUpdateRef:

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
-from jax.extend.core import ClosedJaxpr, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, jaxpr_as_fun, jaxprs_in_params
 
 from tinyjax import config
 from tinyjax.ir.float64 import uses_float64
@@ -127,12 +127,13 @@ class _ArrayType:
 
 Array: type = _ArrayType
 CommittedArray: type = _ArrayType
+ShardedArray: type = _ArrayType
 
 
-def set_array_types(array_type: type, committed_type: type) -> None:
+def set_array_types(array_type: type, committed_type: type, sharded_type: type) -> None:
   """Called once by tinyjax.core.array: the classes `call` wraps its results in (layers go one way: array uses us)."""
-  global Array, CommittedArray
-  Array, CommittedArray = array_type, committed_type
+  global Array, CommittedArray, ShardedArray
+  Array, CommittedArray, ShardedArray = array_type, committed_type, sharded_type
 
 
 def is_array(x) -> bool:
@@ -616,9 +617,37 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
   out = _appended(traced, inputs, arrays, single=False, own_callers=1)
+  if any(map(_on_an_auto_mesh, arrays)):
+    out = _placed_as_jax_propagates(traced, out, [leaves[i] for i in dynamic], avals)
   if key is not None and (signature is None or scalars_dynamic):
     _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
   return out
+
+
+def _on_an_auto_mesh(x) -> bool:
+  return type(x) is ShardedArray and jax.sharding.AxisType.Auto in x.sharding.mesh.axis_types
+
+
+_propagations: dict = {}  # (trace serial, the inputs' shardings) -> the outputs' shardings
+_PROPAGATIONS_KEPT = 256
+
+
+def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
+  """The results of a call on arrays placed on a mesh of Auto axes, placed where JAX's jit places them: on such a mesh
+  the shardings are not in the types, and XLA's propagation decides them (JAX's compile of the trace, asked once per
+  trace and input shardings). NB: tinyjax computes the values on one device, as for every placed Array."""
+  shardings = tuple(x.sharding if type(x) is ShardedArray else None for x in dynamic_leaves)
+  key = (traced.serial, shardings)
+  if (placed := _propagations.get(key)) is None:
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s) for a, s in zip(avals, shardings)]
+    placed = _propagations[key] = tuple(jax.jit(jaxpr_as_fun(traced.jaxpr)).lower(*specs).compile().output_shardings)
+    if len(_propagations) > _PROPAGATIONS_KEPT:
+      _propagations.pop(next(iter(_propagations)))
+  leaves, tree = jax.tree_util.tree_flatten(out, is_leaf=is_array)
+  leaves = [ShardedArray(x._value, s) if type(x) is Array and isinstance(s, jax.sharding.NamedSharding) else x
+            for x, s in zip(leaves, placed)]
+  pending.track(leaves)  # NB: the Arrays the queue tracked are replaced: a flush finds these
+  return jax.tree_util.tree_unflatten(tree, leaves)
 
 
 def placed(tree, device: Device):
