@@ -147,6 +147,28 @@ def test_arrays_on_an_auto_mesh_are_placed_as_jax_places_them():
     assert actual[name].sharding.is_equivalent_to(value.sharding, value.ndim), (name, actual[name].sharding)
 
 
+def _pmapped(steps=3):
+  """pmap's results, called again on its own results: placed on its mesh, one shard per device, as JAX places them."""
+  step = jax.pmap(lambda v: jnp.sin(v) * 2 + lax.psum(v, "i"), axis_name="i")
+  out = [step(X[:4])]
+  for _ in range(steps - 1):
+    out.append(step(out[-1]))
+  return out
+
+
+def test_pmap_results_are_placed_like_jaxs():
+  expected = _pmapped()
+  with tinyjax.patch(), on_tinygrad():
+    actual = _pmapped()
+  assert_like_jax(actual, expected, rtol=1e-6)
+  for ours, theirs in zip(actual, expected):
+    assert ours.sharding.is_equivalent_to(theirs.sharding, theirs.ndim), ours.sharding
+    assert (ours.devices(), ours.committed, ours.is_fully_replicated) == (theirs.devices(), theirs.committed,
+                                                                           theirs.is_fully_replicated)
+    assert [(s.device, s.index) for s in ours.addressable_shards] == [(s.device, s.index)
+                                                                      for s in theirs.addressable_shards]
+
+
 def _printed_blocks():
   """JAX's shard_map page: an eager shard_map's body prints its value's block on each device."""
   @jax.shard_map(mesh=EXPLICIT, in_specs=P("d"), out_specs=P("d"))

@@ -156,7 +156,8 @@ def remember(fn, prepared) -> None:
     return  # the call found its scalars must be static: the next call's key says so
   scalars_dynamic = signature is not None and not static_scalars
   trace_key, dynamic, avals, _ = tracing.trace_key(fn, treedef, leaves, scalars_dynamic)
-  if trace_key is None or (traced := tracing.cached_trace(trace_key)) is None or traced.runs_on_jax:
+  if (trace_key is None or (traced := tracing.cached_trace(trace_key)) is None or traced.runs_on_jax
+          or traced.maps_over_a_mesh):
     return
   if len(_entries) >= _ENTRIES_KEPT:
     _entries.pop(next(iter(_entries)))

@@ -92,6 +92,12 @@ class Traced:
     return len(self.jaxpr.jaxpr.eqns)
 
   @functools.cached_property
+  def maps_over_a_mesh(self) -> bool:
+    """Whether it holds a shard_map over a mesh of devices (pmap is jit of one): its results are placed on the mesh
+    (_placed_as_jax_propagates), so its calls are not remembered for a fast path that would not place them."""
+    return _holds_a_shard_map(self.jaxpr.jaxpr)
+
+  @functools.cached_property
   def cost(self) -> int:
     """What its equations add to a flushed program's cost (pending.CHUNK_COST)."""
     return sum(map(pending.equation_cost, self.program.eqns))
@@ -617,11 +623,16 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
   out = _appended(traced, inputs, arrays, single=False, own_callers=1)
-  if any(map(_on_an_auto_mesh, arrays)):
-    out = _placed_as_jax_propagates(traced, out, [leaves[i] for i in dynamic], avals)
+  if traced.maps_over_a_mesh or any(map(_on_an_auto_mesh, arrays)):
+    return _placed_as_jax_propagates(traced, out, [leaves[i] for i in dynamic], avals)
   if key is not None and (signature is None or scalars_dynamic):
     _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
   return out
+
+
+def _holds_a_shard_map(jaxpr) -> bool:
+  return any(eqn.primitive.name == "shard_map" and not isinstance(eqn.params["mesh"], jax.sharding.AbstractMesh)
+             or any(map(_holds_a_shard_map, jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
 
 
 def _on_an_auto_mesh(x) -> bool:
@@ -633,9 +644,10 @@ _PROPAGATIONS_KEPT = 256
 
 
 def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
-  """The results of a call on arrays placed on a mesh of Auto axes, placed where JAX's jit places them: on such a mesh
-  the shardings are not in the types, and XLA's propagation decides them (JAX's compile of the trace, asked once per
-  trace and input shardings). NB: tinyjax computes the values on one device, as for every placed Array."""
+  """The results of a call on arrays placed on a mesh of Auto axes, or of a shard_map (a pmap), placed where JAX's jit
+  places them: on such a mesh the shardings are not in the types, and XLA's propagation decides them (JAX's compile
+  of the trace, asked once per trace and input shardings). NB: tinyjax computes the values on one device, as for
+  every placed Array; such a call is not remembered (the remembered ways would not place its results)."""
   shardings = tuple(x.sharding if type(x) is ShardedArray else None for x in dynamic_leaves)
   key = (traced.serial, shardings)
   if (placed := _propagations.get(key)) is None:
