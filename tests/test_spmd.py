@@ -114,6 +114,8 @@ def test_arrays_placed_on_a_mesh_like_jax():
     assert actual[name].sharding.is_equivalent_to(value.sharding, value.ndim), name
     assert (actual[name].committed, actual[name].is_fully_replicated) == (value.committed,
                                                                           value.is_fully_replicated), name
+    np.testing.assert_allclose(actual[name].addressable_data(1), value.addressable_data(1), rtol=1e-6, err_msg=name)
+    assert np.shape(actual[name].addressable_data(1)) == value.addressable_data(1).shape, name
   placed, expected_placed = actual["placed"], expected["placed"]
   assert placed.devices() == expected_placed.devices() and not placed.is_fully_replicated
   assert [(s.device, s.index) for s in placed.addressable_shards] == [(s.device, s.index)

@@ -289,7 +289,8 @@ class Array(jax.Array):
     return self.device.platform
 
   def addressable_data(self, index: int):
-    return self  # NB: one device, one shard
+    # NB: computed on one device: an Array placed on several is its shards in JAX's placement (JAX's own arrays)
+    return self if self.is_fully_replicated else self.addressable_shards[index].data
 
   def on_device_size_in_bytes(self) -> int:
     return self.nbytes
