@@ -421,7 +421,7 @@ def _jit_statics(fn) -> frozenset | None:
   """The static positions of JAX's jitted `fn` (declare_jitted), or None for any other function."""
   try:
     return _jitted_statics.get(fn)
-  except TypeError:  # not weakly referenceable (a builtin, as `getattr`): no jitted function
+  except TypeError:  # not weakly referenceable (a NumPy ufunc, an itemgetter): no jitted function
     return None
 
 
