@@ -123,6 +123,38 @@ def test_arrays_placed_on_a_mesh_like_jax():
   np.testing.assert_array_equal(placed.addressable_shards[1].data, expected_placed.addressable_shards[1].data)
 
 
+def _partial_programs():
+  """Arrays whose shards are parts of a sum (unreduced) or each the whole (reduced): JAX's shard_map tests and its
+  parallel page. Their calls are JAX's own (the report's "run by JAX itself"); the rest stays tinyjax's."""
+  grid = jax.make_mesh((4, 2), ("X", "Y"), axis_types=(AxisType.Explicit,) * 2)
+  with jax.set_mesh(EXPLICIT):
+    made = jnp.arange(8.)  # made under set_mesh: on its devices, replicated, committed
+    unreduced = jax.reshard(made, P(unreduced={"d"}))
+    scattered = smap(lambda v: lax.psum_scatter(v, "d", tiled=True), EXPLICIT, P(unreduced={"d"}), P("d"))
+    gradient = jax.grad(lambda v: scattered(v).sum())(unreduced)
+    out = {"made": made, "unreduced": unreduced, "scattered": scattered(unreduced), "gradient": gradient,
+           "after": scattered(unreduced) * 2}
+  with jax.set_mesh(grid):
+    out["placed unreduced"] = jax.device_put(jnp.asarray(X), P("X", None, unreduced={"Y"}))
+  return out
+
+
+def test_partial_sums_over_a_mesh_are_jaxs():
+  expected = _partial_programs()
+  before = tinyjax.report().eager.copy()
+  with tinyjax.patch(), on_tinygrad():
+    actual = _partial_programs()
+  for name, value in expected.items():
+    assert jax.typeof(actual[name]) == jax.typeof(value), name
+    assert actual[name].sharding == value.sharding, name
+    assert actual[name].committed == value.committed, name
+    for ours, theirs in zip(actual[name].addressable_shards, value.addressable_shards, strict=True):
+      assert ours.device == theirs.device, name  # NB: JAX has no index for a shard of an unreduced array
+      np.testing.assert_array_equal(ours.data, theirs.data, err_msg=name)
+  assert tinyjax.report().eager - before, "the calls on unreduced values are not in the report as JAX's"
+  assert_like_jax(actual["after"], expected["after"])  # a plain result again: tinyjax's
+
+
 AUTO = _mesh((4, 2), ("X", "Y"))
 
 

@@ -5,7 +5,7 @@ import numpy as np
 from tinyjax.choosing.selection import backend_for, current_backend
 from tinyjax.core.array import Array, ShardedArray
 from tinyjax.core.pending import Value
-from tinyjax.core.tracing import host_aval, inside_transformation
+from tinyjax.core.tracing import host_aval, inside_transformation, partial_over_a_mesh, to_jax
 from tinyjax.ir.backend import Device
 
 
@@ -18,10 +18,13 @@ def device_put(x, device=None, sharding=None):
   with a NamedSharding, Arrays of that sharding (their types name its explicit axes, as JAX's do).
 
   NB: computations still run on the backend in effect when they flush; the data is moved there if needed. Inside a
-  JAX transformation it is JAX's device_put (an identity there), with no device: tinyjax's are not JAX's.
+  JAX transformation it is JAX's device_put (an identity there), with no device: tinyjax's are not JAX's. A sharding
+  reduced or unreduced over mesh axes gives JAX's own arrays (its shards are parts of a sum, which JAX places).
   """
   if inside_transformation():
     return jax.device_put(x)
+  if partial_over_a_mesh(sharding):
+    return jax.device_put(jax.tree_util.tree_map(to_jax, x, is_leaf=_is_array_like), sharding)
   if device is None:
     backend = current_backend()
   elif isinstance(device, Device):

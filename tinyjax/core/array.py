@@ -400,9 +400,14 @@ _MESHES: dict = {}  # AbstractMesh -> Mesh: the meshes Arrays were placed on, wh
 
 
 def _named_sharding(aval):
-  """The NamedSharding an aval's type names, on the devices of the mesh of that name, or None."""
+  """The NamedSharding an aval's type names, on the devices of the mesh of that name (one an Array was placed on, or
+  the one `jax.set_mesh` set: JAX's results made under it, `jnp.arange(8.)` too, are on its devices), or None."""
   typed = getattr(aval, "sharding", None)
-  mesh = None if typed is None or typed.mesh.empty else _MESHES.get(typed.mesh)
+  if typed is None or typed.mesh.empty:
+    return None
+  mesh = _MESHES.get(typed.mesh)
+  if mesh is None and (current := jax.sharding.get_mesh()).abstract_mesh == typed.mesh:
+    mesh = _MESHES[typed.mesh] = current
   return None if mesh is None else jax.sharding.NamedSharding(mesh, typed.spec)
 
 

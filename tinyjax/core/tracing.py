@@ -331,12 +331,22 @@ def _runs_on_jax(jaxpr, partitionable: bool) -> bool:
 
 
 def _held_by_jax(atom) -> bool:
-  """A mutable array reference (jax.ref: JAX's runtime holds its buffer), or a value of one of JAX's custom element
-  types (an extended dtype other than a PRNG key's: only JAX's lowering knows its physical form)."""
+  """A mutable array reference (jax.ref: JAX's runtime holds its buffer), a value of one of JAX's custom element
+  types (an extended dtype other than a PRNG key's: only JAX's lowering knows its physical form), or a value whose
+  type is reduced or unreduced over mesh axes (`_partial_over_a_mesh`)."""
   if isinstance(atom.aval, jax.ref.AbstractRef):
     return True
   dtype = getattr(atom.aval, "dtype", None)
-  return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and not keys.is_key(dtype)
+  return (dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and not keys.is_key(dtype)
+          or partial_over_a_mesh(_typed_sharding(atom.aval)))
+
+
+def partial_over_a_mesh(sharding) -> bool:
+  """Whether values of this sharding are unreduced over a mesh axis (each device holds a part of a sum: JAX's SPMD
+  partitioner decides which) or reduced (each holds the whole, an invariant JAX's collectives rely on): their shards
+  are not pieces of one value, which is all a tinyjax Array holds, so the calls that make or read one are JAX's."""
+  spec = getattr(sharding, "spec", None)
+  return spec is not None and bool(spec.unreduced or spec.reduced)
 
 
 _last_keys: dict = {}
@@ -694,7 +704,8 @@ def _eager(fn, treedef, leaves):
   result = _defer(fn, treedef, leaves)
 
   def wrap(x):
-    if not isinstance(x, jax.Array) or not x.is_fully_addressable:  # NB: JAX's own where shards are elsewhere
+    # NB: JAX's own where shards are elsewhere, or are parts of a sum
+    if not isinstance(x, jax.Array) or not x.is_fully_addressable or partial_over_a_mesh(x.sharding):
       return x
     return Array(Value(jax.typeof(x), host=np.asarray(keys.key_data(x))))
   return jax.tree_util.tree_map(wrap, result)
