@@ -10,6 +10,7 @@ import optax
 import pytest
 from flax import linen as nn
 from jax import lax
+from jax._src import api as jax_api  # NB: pmap's device_put_replicated, which JAX's tests call
 from jax.sharding import AxisType, PartitionSpec as P
 
 import tinyjax
@@ -73,6 +74,11 @@ CASES = {
                                                      P("i"), P())(jnp.asarray(X))), np.float32(0.03)),
   "vmap of shard_map": lambda: (jax.vmap(smap(lambda v: lax.psum(v, "i"), LINE, P("i"), P())), WIDE.reshape(2, 8, 8)),
   "shard_map of vmap": lambda: (smap(jax.vmap(lambda r: lax.psum(r, "i")), LINE, P(None, "i"), P(None)), X),
+  # a body manual over x only, its y auto: a constraint of the value's place on y, then work
+  "grid: x manual, a constraint on y": lambda: (jax.jit(smap(
+    lambda v: lax.with_sharding_constraint(v, P(None, "y")) * v, GRID, P("x", None),
+    P("x", None), axis_names=frozenset({"x"}))), WIDE),
+  "pmap of expm (a solve in a cond)": lambda: (jax.pmap(jax.scipy.linalg.expm), X.reshape(2, 4, 4) / 40),
 }
 
 
@@ -153,6 +159,46 @@ def test_partial_sums_over_a_mesh_are_jaxs():
       np.testing.assert_array_equal(ours.data, theirs.data, err_msg=name)
   assert tinyjax.report().eager - before, "the calls on unreduced values are not in the report as JAX's"
   assert_like_jax(actual["after"], expected["after"])  # a plain result again: tinyjax's
+
+
+def _as_jaxs_tests_use_them():
+  """What JAX's shard_map and pmap tests do beyond a user's programs: typed keys placed on a mesh, JAX's eager
+  shard_map (its argmax's parameters NumPy integers; a mesh axis of size 1), a body with no batching rule."""
+  one_by_four = _mesh((1, 4), ("a", "b"))
+  keys = jax.device_put(jax.random.split(jax.random.key(0), 8), jax.NamedSharding(EXPLICIT, P("d")))
+  with jax.set_mesh(EXPLICIT):
+    key_blocks = jax.shard_map(lambda k: k, in_specs=P("d"), out_specs=P("d"))(keys)
+  callback = jax.shard_map(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v) * 2,
+                           mesh=LINE, in_specs=P("i"), out_specs=P("i"))
+  return {"keys": keys, "keys' blocks": key_blocks,
+          "eager argmax": jax.shard_map(lambda v: v.argmax(axis=-1, keepdims=True), mesh=GRID, in_specs=P("x", "y"),
+                                        out_specs=P("x", "y"))(WIDE),
+          "an axis of size 1": jax.shard_map(lambda v: v * v + 2, mesh=one_by_four, in_specs=P("a", "b"),
+                                             out_specs=P("a", "b"))(X),
+          "jit's out_shardings": jax.jit(lambda v: v * 2, out_shardings=jax.NamedSharding(one_by_four, P("a", "b")))(X),
+          "pure_callback in a body": callback(X)}
+
+
+def test_arrays_like_jaxs_in_its_own_tests():
+  expected = _as_jaxs_tests_use_them()
+  key_made_by_jax = jax.random.key(3)
+  def data(results):
+    return {name: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+            for name, x in results.items()}
+  with tinyjax.patch():
+    actual = _as_jaxs_tests_use_them()
+    placed_key = jax.device_put(key_made_by_jax, jax.NamedSharding(EXPLICIT, P()))
+    actual_data = data(actual)
+    # pmap's own placement (no longer in JAX's namespace), whose conversions are tinyjax's: JAX's array
+    replicated = jax_api.device_put_replicated(1, jax.devices()[:2])
+  expected_replicated = jax_api.device_put_replicated(1, jax.devices()[:2])
+  assert replicated.sharding == expected_replicated.sharding
+  np.testing.assert_array_equal(replicated, expected_replicated)
+  assert_like_jax(actual_data, data(expected))
+  for name, value in expected.items():
+    assert actual[name].sharding == value.sharding, name
+  np.testing.assert_array_equal(jax.random.key_data(placed_key), jax.random.key_data(key_made_by_jax))
+  assert placed_key.sharding == jax.NamedSharding(EXPLICIT, P())
 
 
 AUTO = _mesh((4, 2), ("X", "Y"))

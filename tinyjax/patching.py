@@ -236,6 +236,15 @@ def _device_put(x, device=None, **options):
   return tinyjax_device_put(x, device if isinstance(device, Device) else None)
 
 
+def _given_jax_arrays(original):
+  """A JAX function that hands its arguments to JAX's C++ runtime, which takes its own arrays only: tinyjax Arrays
+  are given as JAX's (their values; the function places them as JAX does), and its results are JAX's."""
+  def call(*args, **kwargs):
+    args, kwargs = jax.tree_util.tree_map(tracing.to_jax, (args, kwargs))
+    return original(*args, **kwargs)
+  return call
+
+
 def _new_ref(original, init_val, **options):
   """jax.new_ref while patched: JAX's mutable reference, to a JAX copy of the value. NB: called from here, the copy
   JAX makes (an eager primitive) stays JAX's: a Ref's buffer must be JAX's, which JAX donates and replaces on each
@@ -290,6 +299,8 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   plan.append((jax, "jit", _jit(jax.jit)))
   plan.append((jax_api, "jit", _jit(jax_api.jit, runtime_stays_jax=True)))
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
+  for attr in ("device_put_sharded", "device_put_replicated"):  # pmap's, no longer in JAX's namespace
+    plan.append((jax_api, attr, _dispatching(getattr(jax_api, attr), _given_jax_arrays(getattr(jax_api, attr)))))
   for module in (jax, jax.ref):
     plan.append((module, "new_ref", _dispatching(module.new_ref, functools.partial(_new_ref, module.new_ref))))
   for attr in ("trace", "start_trace", "stop_trace"):

@@ -5,7 +5,7 @@ import numpy as np
 from tinyjax.choosing.selection import backend_for, current_backend
 from tinyjax.core.array import Array, ShardedArray
 from tinyjax.core.pending import Value
-from tinyjax.core.tracing import host_aval, inside_transformation, partial_over_a_mesh, to_jax
+from tinyjax.core.tracing import host_aval, input_value, inside_transformation, partial_over_a_mesh, to_jax
 from tinyjax.ir.backend import Device
 
 
@@ -35,6 +35,8 @@ def device_put(x, device=None, sharding=None):
   def put(leaf):
     if isinstance(leaf, Array):
       value = leaf._value
+    elif isinstance(leaf, jax.Array):  # JAX's (a typed key's data too)
+      value = input_value(leaf, host_aval(leaf))
     else:
       host = np.asarray(leaf)
       aval = host_aval(host)

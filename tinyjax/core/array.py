@@ -96,12 +96,11 @@ class Array(jax.Array):
 
   def _make_jax(self):
     host = self._value.to_host()
-    if keys.is_key(self.dtype):
-      return keys.wrap(host, self.aval)
     if self.weak_type and self.ndim == 0:
       return jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
     sharding = self.sharding
-    return jax.device_put(host, sharding if isinstance(sharding, jax.sharding.NamedSharding) else None)
+    data = keys.wrap(host, self.aval) if keys.is_key(self.dtype) else host
+    return jax.device_put(data, sharding if isinstance(sharding, jax.sharding.NamedSharding) else None)
 
   # --- what is known without running anything
   @property

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from jax._src import config as jax_config  # NB: trace_context(), the settings JAX's own jit caches key on, is not public
 from jax._src import core as jax_core  # NB: the current trace (are we inside a transformation?) is not public
-from jax.extend.core import ClosedJaxpr, jaxpr_as_fun, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
 from tinyjax import config
 from tinyjax.ir.float64 import uses_float64
@@ -93,9 +93,10 @@ class Traced:
 
   @functools.cached_property
   def maps_over_a_mesh(self) -> bool:
-    """Whether it holds a shard_map over a mesh of devices (pmap is jit of one): its results are placed on the mesh
-    (_placed_as_jax_propagates), so its calls are not remembered for a fast path that would not place them."""
-    return _holds_a_shard_map(self.jaxpr.jaxpr)
+    """Whether it holds a shard_map over a mesh of devices (pmap is jit of one) or a jit whose out_shardings name
+    one: its results are placed on the mesh (_placed_as_jax_propagates), so its calls are not remembered for a fast
+    path that would not place them."""
+    return _places_on_a_mesh(self.jaxpr.jaxpr)
 
   @functools.cached_property
   def cost(self) -> int:
@@ -314,18 +315,22 @@ def _raise_jaxs_errors(jaxpr) -> None:
       _raise_jaxs_errors(sub)
 
 
-def _runs_on_jax(jaxpr, partitionable: bool) -> bool:
+def _runs_on_jax(jaxpr, partitionable: bool, in_a_shard_map: bool = False) -> bool:
   """Whether the jaxpr (or one inside it) has an equation whose calls must be JAX's own (Traced.runs_on_jax): one
-  that draws random bits or splits keys under the legacy scheme, a factorization of 16-bit floats, or a value JAX
-  holds (_held_by_jax)."""
+  that draws random bits or splits keys under the legacy scheme, a factorization of 16-bit floats, a value JAX
+  holds (_held_by_jax), or a pure_callback in a shard_map's body that says nothing of its batching (its result
+  claims no dependence on the device, so JAX's out_specs may call it replicated, while each device's callback returns
+  its own: JAX keeps each device's, a tinyjax Array would keep one)."""
   if any(map(_held_by_jax, jaxpr.invars + jaxpr.outvars + jaxpr.constvars)):
     return True
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
+    inside = in_a_shard_map or name == "shard_map"
     if (name in _RANDOM_BY_SCHEME and not partitionable
             or name in _FACTORIZATIONS and any(v.aval.dtype in _HALF_FLOATS for v in eqn.invars)
+            or name == "pure_callback" and in_a_shard_map and eqn.params["vmap_method"] is None
             or any(map(_held_by_jax, eqn.invars + eqn.outvars))
-            or any(_runs_on_jax(sub, partitionable) for sub in jaxprs_in_params(eqn.params))):
+            or any(_runs_on_jax(sub, partitionable, inside) for sub in jaxprs_in_params(eqn.params))):
       return True
   return False
 
@@ -606,8 +611,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
   if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
-  if any(isinstance(x, jax.Array) and not is_array(x) and not x.is_fully_addressable for x in leaves):
-    return _eager(fn, treedef, leaves)  # NB: an array with shards in other processes (jax.distributed): JAX computes
+  if any(isinstance(x, jax.Array) and not is_array(x) and _only_jax_holds(x) for x in leaves):
+    return _eager(fn, treedef, leaves)
   signature = scalars_signature(fn, treedef, leaves)
   scalars_dynamic = signature is not None and signature not in _static_scalar_calls
   try:
@@ -640,9 +645,14 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   return out
 
 
-def _holds_a_shard_map(jaxpr) -> bool:
-  return any(eqn.primitive.name == "shard_map" and not isinstance(eqn.params["mesh"], jax.sharding.AbstractMesh)
-             or any(map(_holds_a_shard_map, jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
+def _places_on_a_mesh(jaxpr) -> bool:
+  return any(eqn.primitive.name == "shard_map" and isinstance(eqn.params["mesh"], jax.sharding.Mesh)
+             or eqn.primitive.name == "jit" and any(map(_on_a_mesh, eqn.params["out_shardings"]))
+             or any(map(_places_on_a_mesh, jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
+
+
+def _on_a_mesh(sharding) -> bool:
+  return isinstance(sharding, jax.sharding.NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh)
 
 
 def _on_an_auto_mesh(x) -> bool:
@@ -662,7 +672,9 @@ def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
   key = (traced.serial, shardings)
   if (placed := _propagations.get(key)) is None:
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s) for a, s in zip(avals, shardings)]
-    placed = _propagations[key] = tuple(jax.jit(jaxpr_as_fun(traced.jaxpr)).lower(*specs).compile().output_shardings)
+    placed = tuple(jax.jit(jaxpr_as_fun(traced.jaxpr)).lower(*specs).compile().output_shardings)
+    placed = _propagations[key] = tuple(map(_named_placements(traced.jaxpr.jaxpr).get, range(len(placed)),
+                                            placed))
     if len(_propagations) > _PROPAGATIONS_KEPT:
       _propagations.pop(next(iter(_propagations)))
   leaves, tree = jax.tree_util.tree_flatten(out, is_leaf=is_array)
@@ -670,6 +682,21 @@ def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
             for x, s in zip(leaves, placed)]
   pending.track(leaves)  # NB: the Arrays the queue tracked are replaced: a flush finds these
   return jax.tree_util.tree_unflatten(tree, leaves)
+
+
+def _named_placements(jaxpr) -> dict:
+  """The outputs whose placement the program names: those of a shard_map called outside jit (its out_specs) and of a
+  jit given out_shardings, which JAX's results keep as named (XLA's propagation drops a mesh axis of size 1 from a
+  spec): output index -> sharding."""
+  named = {}
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "shard_map" and isinstance(mesh := eqn.params["mesh"], jax.sharding.Mesh):
+      named.update((var, jax.sharding.NamedSharding(mesh, spec))
+                   for var, spec in zip(eqn.outvars, eqn.params["out_specs"]))
+    elif eqn.primitive.name == "jit":
+      named.update((var, sharding) for var, sharding in zip(eqn.outvars, eqn.params["out_shardings"])
+                   if _on_a_mesh(sharding))
+  return {i: named[var] for i, var in enumerate(jaxpr.outvars) if not isinstance(var, Literal) and var in named}
 
 
 def placed(tree, device: Device):
@@ -699,13 +726,35 @@ def eager(fn: Callable, args: tuple, kwargs: dict | None = None):
 
 
 def _eager(fn, treedef, leaves):
-  """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back."""
+  """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back, as tinyjax Arrays
+  unless only JAX can hold them (`_only_jax_holds`)."""
   record_eager(getattr(fn, "__name__", repr(fn)))
   result = _defer(fn, treedef, leaves)
 
   def wrap(x):
-    # NB: JAX's own where shards are elsewhere, or are parts of a sum
-    if not isinstance(x, jax.Array) or not x.is_fully_addressable or partial_over_a_mesh(x.sharding):
+    if not isinstance(x, jax.Array) or _only_jax_holds(x):
       return x
     return Array(Value(jax.typeof(x), host=np.asarray(keys.key_data(x))))
   return jax.tree_util.tree_map(wrap, result)
+
+
+def _only_jax_holds(x: jax.Array) -> bool:
+  """Whether a JAX array is more than the one value a tinyjax Array holds: shards in other processes
+  (jax.distributed), parts of a sum (unreduced), or copies of one block that differ (JAX does not check that the
+  devices agree where it calls a value replicated: a pure_callback's in a shard_map's body, check_vma off)."""
+  if not x.is_fully_addressable or partial_over_a_mesh(x.sharding):
+    return True
+  if len(x.sharding.device_set) == 1 or x.sharding.is_fully_addressable and x.sharding.num_devices == len(
+          {_block(s.index) for s in x.addressable_shards}):
+    return False  # NB: every block on one device: nothing to disagree
+  blocks: dict = {}
+  for shard in x.addressable_shards:
+    data = np.asarray(keys.key_data(shard.data))
+    first = blocks.setdefault(_block(shard.index), data)
+    if first is not data and not np.array_equal(first, data, equal_nan=data.dtype.kind in "fc"):
+      return True
+  return False
+
+
+def _block(index) -> tuple:
+  return tuple((s.start, s.stop, s.step) for s in index)

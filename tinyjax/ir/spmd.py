@@ -126,11 +126,18 @@ def _evaluate(jaxpr, consts, args, manual, sizes, called_jaxpr):
       outs = [(out, True) for out in (outs if eqn.primitive.multiple_results else [outs])]
     elif (called := called_jaxpr(eqn)) is not None:
       outs = _evaluate(*called, ins, manual, sizes, called_jaxpr)
+    elif eqn.primitive.name in PLACEMENTS:
+      # NB: where the value lives on the mesh's auto axes, which the stacked program (on one device) has not; JAX's
+      # lowering refuses a constraint that names a manual axis, which this does not check
+      outs = ins
     else:
       outs = _vmapped(eqn, ins, len(manual), called_jaxpr)
     for var, out in zip(eqn.outvars, outs, strict=True):
       env[var] = out
   return [read(v) for v in jaxpr.outvars]
+
+
+PLACEMENTS = {"sharding_constraint", "reshard"}  # equations of a body that place a value and leave it as it is
 
 
 def _literal(atom):
@@ -149,15 +156,20 @@ def _vmapped(eqn, ins, k, called_jaxpr):
   stacked_ins = [is_stacked for _, is_stacked in ins]
   for _ in range(k if any(stacked_ins) else 0):
     fn = jax.vmap(fn, in_axes=[0 if is_stacked else None for is_stacked in stacked_ins])
-  outs = fn(*[value for value, _ in ins])
+  try:
+    outs = fn(*[value for value, _ in ins])
+  except NotImplementedError as error:  # no batching rule (custom_partitioning; a pure_callback with no vmap_method)
+    raise NotStacked(f"{eqn.primitive.name} has no batching rule: {error}") from error
   return [(out, any(stacked_ins)) for out in (outs if eqn.primitive.multiple_results else [outs])]
 
 
 def _retyped(value, called_jaxpr):
   """A parameter of a body's equation outside the mesh, for the body's types name its mesh's axes manual: a jaxpr (a
   loop's body, a branch) traced again from values of plain types; a sharding (a result's, on the mesh) none."""
-  if isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
-    return tuple(_retyped(v, called_jaxpr) for v in value)
+  if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
+    retyped = [_retyped(v, called_jaxpr) for v in value]
+    # NB: custom_linear_solve's jaxprs are a named tuple (some of them None), read by name
+    return type(value)(*retyped) if hasattr(value, "_fields") else tuple(retyped)
   if isinstance(value, jax.sharding.NamedSharding):
     return None
   if not isinstance(value, ClosedJaxpr):

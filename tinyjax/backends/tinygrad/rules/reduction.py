@@ -9,6 +9,7 @@ except cumprod, whose windows start at each element as XLA's.
 """
 import math
 
+import numpy as np
 from tinygrad import Tensor, dtypes
 
 from tinyjax.backends.tinygrad.numerics import floatbits as fb
@@ -98,7 +99,8 @@ def _reduce(ctx, *operands_and_inits, computation, jaxpr, dimensions):
 def _arg_max_or_min(pick: str):
   """argmax / argmin: the first index of the extreme value, or of the first NaN (XLA)."""
   def rule(ctx, x, *, axes, index_dtype):
-    axis, = axes
+    # NB: JAX's eager shard_map binds the body's argmax with `axes` one NumPy integer, where a trace gives a tuple
+    axis, = np.atleast_1d(axes).tolist()
     # NB: XLA's argmax takes -0.0 and +0.0 as a tie (the first wins), though its max orders them
     key = fb.order_key(fb.positive_zero(x), nan_largest=pick == "max")
     size = x.shape[axis]
