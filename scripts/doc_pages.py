@@ -29,7 +29,11 @@ PAGES = [
 ]
 
 DRIVER = '''
-import ast as _ast, sys as _sys
+import ast as _ast, sys as _sys, random as _random, numpy as _numpy, jax as _jax
+# NB: a page that draws from NumPy's or Python's global generator unseeded prints the same on both sides: seeded after
+# JAX is imported (importing JAX draws from NumPy's, and `tinyjax run` imports it before the page)
+_random.seed(0)
+_numpy.random.seed(0)
 _namespace = {"__name__": "__main__"}
 def _run_cell(_index, _source):
   print(f"--- cell {_index}", flush=True)
