@@ -470,6 +470,60 @@ print(time.perf_counter() - start)
 """
 
 
+DATA_PARALLEL = """
+import statistics, sys, time
+import jax, jax.numpy as jnp, numpy as np, optax
+from flax import linen as nn
+from jax.sharding import NamedSharding, PartitionSpec as P
+if sys.argv[1] == "tinyjax":
+  import tinyjax
+  tinyjax.patch()  # NB: as `tinyjax run` runs a plain JAX script
+
+class MLP(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(1)(nn.relu(nn.Dense(256)(nn.relu(nn.Dense(256)(x)))))
+
+model, optimizer = MLP(), optax.adam(1e-3)
+x = np.random.default_rng(0).normal(size=(512, 64)).astype(np.float32)
+y = x[:, :1] ** 2
+mesh = jax.make_mesh((len(jax.devices()),), ("data",))
+batch = NamedSharding(mesh, P("data", None))
+params = model.init(jax.random.key(0), x[:1])
+params, state = jax.device_put((params, optimizer.init(params)), NamedSharding(mesh, P()))
+x, y = jax.device_put(x, batch), jax.device_put(y, batch)
+
+@jax.jit
+def step(params, state, x, y):
+  loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
+  updates, state = optimizer.update(grads, state)
+  return optax.apply_updates(params, updates), state, loss
+
+times = []
+for i in range(int(sys.argv[2]) + 2):
+  start = time.perf_counter()
+  params, state, loss = step(params, state, x, y)
+  loss.block_until_ready()
+  times.append(time.perf_counter() - start)
+print(statistics.median(times[2:]))
+"""
+
+
+def bench_data_parallel(repeats):
+  """A plain JAX data-parallel train step (the MLP of `bench_mlp`, its batch split over a mesh of 1, 2 and 4 of
+  JAX's CPU devices, the parameters replicated), jitted: as JAX runs it and under tinyjax.patch() (as `tinyjax run`
+  runs it), each in a new process that asks JAX for that many devices. NB: tinyjax computes a mesh's shards on one
+  tinygrad device (docs/guide.md, Many devices)."""
+  def step_time(which: str, devices: int) -> float:
+    out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, which, str(repeats)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices)})
+    return float(out.stdout.split()[-1])
+  for devices in (1, 2, 4):
+    times = {"jax.jit": step_time("jax", devices), "patched jax.jit": step_time("tinyjax", devices)}
+    row(f"data-parallel MLP train step, batch over {devices} CPU device{'s' if devices > 1 else ''}", times,
+        ("patched jax.jit", "jax.jit", "<= 3"))
+
+
 def bench_first_call():
   """The CNN's first call in a new process, with tinyjax's lowered programs, tinygrad's binaries (CACHEDB) and auto's
   choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again);
@@ -497,7 +551,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
   parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
-                      "factorization_calls,eager_first_run,chained_sines,first_call",
+                      "factorization_calls,eager_first_run,chained_sines,first_call,data_parallel",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -507,7 +561,8 @@ def main():
              "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
              "nested_loops": lambda: bench_nested_loops(repeats),
              "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call,
-             "eager_first_run": bench_eager_first_run, "chained_sines": lambda: bench_chained_sines(repeats)}
+             "eager_first_run": bench_eager_first_run, "chained_sines": lambda: bench_chained_sines(repeats),
+             "data_parallel": lambda: bench_data_parallel(repeats)}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
     for name in args.only.split(","):
