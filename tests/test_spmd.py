@@ -191,9 +191,16 @@ def test_arrays_like_jaxs_in_its_own_tests():
     actual_data = data(actual)
     # pmap's own placement (no longer in JAX's namespace), whose conversions are tinyjax's: JAX's array
     replicated = jax_api.device_put_replicated(1, jax.devices()[:2])
+    # arrays put on JAX's devices are committed there, as JAX's: assembled with no transfer JAX's guard refuses
+    on_devices = [jax.device_put(np.int32(i), d) for i, d in enumerate(jax.devices()[:4])]
+    with jax.transfer_guard("disallow_explicit"):
+      sharded = jax_api.device_put_sharded(on_devices, jax.devices()[:4])
   expected_replicated = jax_api.device_put_replicated(1, jax.devices()[:2])
   assert replicated.sharding == expected_replicated.sharding
   np.testing.assert_array_equal(replicated, expected_replicated)
+  assert [(x.sharding, x.committed) for x in on_devices] == [(jax.sharding.SingleDeviceSharding(d), True)
+                                                               for d in jax.devices()[:4]]
+  np.testing.assert_array_equal(sharded, np.arange(4, dtype=np.int32))
   assert_like_jax(actual_data, data(expected))
   for name, value in expected.items():
     assert actual[name].sharding == value.sharding, name

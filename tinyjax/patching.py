@@ -40,6 +40,7 @@ from jax._src import dispatch as jax_dispatch
 
 from tinyjax import identity, profiling, transforms
 from tinyjax.core import mirror, tracing
+from tinyjax.core.array import Array, CommittedArray
 from tinyjax.ir.backend import Device
 from tinyjax.ir.source import is_tinyjax_file
 from tinyjax.transfer import device_put as tinyjax_device_put
@@ -233,6 +234,9 @@ def _device_put(x, device=None, **options):
     device = jax.sharding.NamedSharding(jax.sharding.get_mesh(), device)
   if isinstance(device, jax.sharding.NamedSharding):
     return tinyjax_device_put(x, sharding=device)
+  if isinstance(device, jax.Device):  # committed to that device, as JAX's array is (computed on tinyjax's)
+    return jax.tree_util.tree_map(lambda a: CommittedArray(a._value, device), tinyjax_device_put(x),
+                                  is_leaf=lambda a: isinstance(a, Array))
   return tinyjax_device_put(x, device if isinstance(device, Device) else None)
 
 

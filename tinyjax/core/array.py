@@ -98,9 +98,11 @@ class Array(jax.Array):
     host = self._value.to_host()
     if self.weak_type and self.ndim == 0:
       return jnp.asarray(host.item())  # NB: the way to make a weak-typed jax.Array from the outside
-    sharding = self.sharding
     data = keys.wrap(host, self.aval) if keys.is_key(self.dtype) else host
-    return jax.device_put(data, sharding if isinstance(sharding, jax.sharding.NamedSharding) else None)
+    # NB: tinyjax's own move of a value it holds to JAX, which JAX's transfer guard (about the transfers a program
+    # asks JAX for: `jax.transfer_guard("disallow")`) does not see, as it does not see tinyjax's device's own
+    with jax.transfer_guard_host_to_device("allow"):
+      return jax.device_put(data, self.sharding if self.committed else None)  # where JAX's would be
 
   # --- what is known without running anything
   @property
