@@ -165,21 +165,27 @@ def bench_cnn(batch, repeats):
       ("tinyjax auto", "jax.jit", "<= 1.1"))
 
 
-def bench_mlp(repeats):
-  class MLP(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-      return nn.Dense(1)(nn.relu(nn.Dense(256)(nn.relu(nn.Dense(256)(x)))))
+class MLP(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(1)(nn.relu(nn.Dense(256)(nn.relu(nn.Dense(256)(x)))))
+
+
+def mlp_training():
+  """The MLP row's problem (512x64 -> 256 -> 256 -> 1, adam): its optimizer, data, parameters and train step."""
   model, optimizer = MLP(), optax.adam(1e-3)
   x = np.random.default_rng(0).normal(size=(512, 64)).astype(np.float32)
   y = x[:, :1] ** 2
-  params = model.init(jax.random.key(0), x[:1])
 
   def train_step(params, opt_state, x, y):
     value, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
     updates, opt_state = optimizer.update(grads, opt_state)
     return optax.apply_updates(params, updates), opt_state, value
+  return optimizer, x, y, model.init(jax.random.key(0), x[:1]), train_step
 
+
+def bench_mlp(repeats):
+  optimizer, x, y, params, train_step = mlp_training()
   times = {"jax.jit": timed_steps(jax.jit(train_step), params, optimizer, (x, y), repeats)}
   for name, backend in TINYJAX:
     with on_backend(backend):
@@ -472,33 +478,20 @@ print(time.perf_counter() - start)
 
 DATA_PARALLEL = """
 import statistics, sys, time
-import jax, jax.numpy as jnp, numpy as np, optax
-from flax import linen as nn
+sys.path.insert(0, sys.argv[3])
+import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
+from run import mlp_training
 if sys.argv[1] == "tinyjax":
   import tinyjax
   tinyjax.patch()  # NB: as `tinyjax run` runs a plain JAX script
 
-class MLP(nn.Module):
-  @nn.compact
-  def __call__(self, x):
-    return nn.Dense(1)(nn.relu(nn.Dense(256)(nn.relu(nn.Dense(256)(x)))))
-
-model, optimizer = MLP(), optax.adam(1e-3)
-x = np.random.default_rng(0).normal(size=(512, 64)).astype(np.float32)
-y = x[:, :1] ** 2
+optimizer, x, y, params, train_step = mlp_training()
 mesh = jax.make_mesh((len(jax.devices()),), ("data",))
 batch = NamedSharding(mesh, P("data", None))
-params = model.init(jax.random.key(0), x[:1])
 params, state = jax.device_put((params, optimizer.init(params)), NamedSharding(mesh, P()))
 x, y = jax.device_put(x, batch), jax.device_put(y, batch)
-
-@jax.jit
-def step(params, state, x, y):
-  loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
-  updates, state = optimizer.update(grads, state)
-  return optax.apply_updates(params, updates), state, loss
-
+step = jax.jit(train_step)
 times = []
 for i in range(int(sys.argv[2]) + 2):
   start = time.perf_counter()
@@ -510,13 +503,14 @@ print(statistics.median(times[2:]))
 
 
 def bench_data_parallel(repeats):
-  """A plain JAX data-parallel train step (the MLP of `bench_mlp`, its batch split over a mesh of 1, 2 and 4 of
+  """A plain JAX data-parallel train step (`mlp_training`'s, its batch split over a mesh of 1, 2 and 4 of
   JAX's CPU devices, the parameters replicated), jitted: as JAX runs it and under tinyjax.patch() (as `tinyjax run`
   runs it), each in a new process that asks JAX for that many devices. NB: tinyjax computes a mesh's shards on one
   tinygrad device (docs/guide.md, Many devices)."""
   def step_time(which: str, devices: int) -> float:
-    out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, which, str(repeats)], capture_output=True, text=True,
-                         check=True, env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices)})
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, which, str(repeats), here], capture_output=True,
+                         text=True, check=True, env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices)})
     return float(out.stdout.split()[-1])
   for devices in (1, 2, 4):
     times = {"jax.jit": step_time("jax", devices), "patched jax.jit": step_time("tinyjax", devices)}
