@@ -744,17 +744,25 @@ def _only_jax_holds(x: jax.Array) -> bool:
   devices agree where it calls a value replicated: a pure_callback's in a shard_map's body, check_vma off)."""
   if not x.is_fully_addressable or partial_over_a_mesh(x.sharding):
     return True
-  if len(x.sharding.device_set) == 1 or x.sharding.is_fully_addressable and x.sharding.num_devices == len(
-          {_block(s.index) for s in x.addressable_shards}):
-    return False  # NB: every block on one device: nothing to disagree
+  if len(x.sharding.device_set) == 1:
+    return False
+  entry = _copies_differ.get(id(x))
+  if entry is None or entry[0]() is not x:  # NB: read once per array (immutable): every call given it asks
+    key = id(x)
+    entry = _copies_differ[key] = (weakref.ref(x, lambda _, cache=_copies_differ: cache.pop(key, None)),
+                                   _differing_copies(x))
+  return entry[1]
+
+
+_copies_differ: dict = {}  # id(JAX array on several devices) -> (a weak reference to it, whether its copies differ)
+
+
+def _differing_copies(x: jax.Array) -> bool:
   blocks: dict = {}
   for shard in x.addressable_shards:
     data = np.asarray(keys.key_data(shard.data))
-    first = blocks.setdefault(_block(shard.index), data)
+    first = blocks.setdefault(tuple((s.start, s.stop, s.step) for s in shard.index), data)
     if first is not data and not np.array_equal(first, data, equal_nan=data.dtype.kind in "fc"):
       return True
   return False
 
-
-def _block(index) -> tuple:
-  return tuple((s.start, s.stop, s.step) for s in index)
