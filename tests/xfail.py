@@ -31,9 +31,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
 XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
   ("CL", "pow", "float16"): "POCL computes float16 without denormals: 1e3 ** -2.5 = 3.2e-8 becomes 0.0 where XLA "
     "rounds it to 6e-8, the smallest float16 denormal",
-  **{(device, "reduce_sum(overflowing partial sum)", "float16"): "XLA's CPU sum rounds each float16 partial sum "
-     "(60000 + 60000 = inf); tinygrad's C and OpenCL code computes float16 arithmetic in float and rounds the total "
-     "only (WGSL's f16 arithmetic rounds each sum, as XLA)" for device in ("CPU", "CL")},
   **{(device, "a * b + c, fused", "float32"): "JAX's own two answers: XLA under jax.jit contracts a * b + c into a "
      "fused multiply-add (on 10000 random float32 triples, jit's result is the exact fma's every time), while JAX's "
      "eager calls round the product first (2366 of the 10000 differ from jit's). tinyjax fuses eager calls into one "

@@ -104,6 +104,17 @@ def test_float_regrouping_rules_declined_for_floats_only():
     assert regrouped(i).simplify() is not regrouped(i) and regrouped(f).simplify() is regrouped(f)
 
 
+def test_gates_are_simplified_integer_masks_left_alone():
+  """tinygrad's simplify_valid still simplifies a gate (an AND of conditions), and no longer walks the graph below an
+  integer AND (a float16 rounding's mask), which made long chains of roundings quadratic to rewrite."""
+  from tinygrad.uop import symbolic
+  x = UOp.variable("x", 0, 100, dtypes.int32)
+  mask = x.cast(dtypes.uint32) & 7
+  assert symbolic.simplify_valid(mask) is None and "backward_slice" not in vars(mask)
+  gate = (x < 10) & ((x * 2) < 50)  # x < 10 implies x * 2 < 50
+  assert symbolic.simplify_valid(gate) is not None
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.float32])
 def test_a_range_of_a_buffer_at_any_offset(dtype):
   """x[o:o+n] of an input at every offset, as a result and read by a kernel: tinygrad made the range a view of the

@@ -5,6 +5,7 @@ shapes (0-d, size-1 axes, empty axes, long axes).
 Each distinct kernel costs a clang compile, so a test reduces one array over several axes in one check, and the
 shape cases run on one dtype per primitive.
 """
+import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -91,10 +92,25 @@ def test_integer_sums_and_products_wrap_in_the_operand_dtype(dtype):
                np.full((5, 2), np.iinfo(dtype).max, dtype))
 
 
-@pytest.mark.parametrize("prim, dtype", [param("reduce_sum", np.float16, name="reduce_sum(overflowing partial sum)",
-                                               dtype=np.float16)])
-def test_float16_partial_sums_overflow(prim, dtype):
-  check_lax(prim, np.array([60000, 60000, -60000], dtype), (0,))
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=dtype_name)
+def test_16_bit_partial_results_round_as_xlas(dtype):
+  """XLA's CPU rounds each partial sum (product) to the dtype, left to right: 60000 + 60000 - 60000 overflows in
+  float16, 1 + 2**-8 + 2**-8 + ... stays 1 in bfloat16 where 2**-8 * 5 + 1 does not."""
+  big = float(ml_dtypes.finfo(dtype).max) * 0.6
+  eps = float(ml_dtypes.finfo(dtype).eps)
+  rows = np.array([[big, big, -big, 0], [1, eps / 2, eps / 2, eps / 2], [eps / 2, eps / 2, eps / 2, 1]], dtype)
+  factors = np.array([[big, 2, 0.5], [1 + eps, 1 + eps, 1 - eps / 2], [2, 0.5, big]], dtype)
+  check_traced(lambda x, y: [lax.reduce_sum(x, (1,)), lax.reduce_prod(y, (1,))], rows, factors, rtol=0)
+
+
+@pytest.mark.parametrize("shape, axes", [((100,), (0,)), ((1100,), (0,)), ((3, 64, 5), (1,)), ((2, 33, 3), (0, 1)),
+                                         ((7, 5), (0, 1))], ids=str)
+def test_16_bit_sums_fold_in_xlas_windows(shape, axes):
+  """XLA's CPU sums a reduced axis of 32 or more in windows of 32 (padded evenly at both ends), then sums the
+  windows: bit for bit the same, in float16 and bfloat16, over one axis or several."""
+  x = np.random.default_rng(0).normal(size=shape) * 8
+  check_traced(lambda a, b, c: [lax.reduce_sum(a, axes), lax.reduce_sum(b, axes), lax.reduce_prod(c, axes)],
+               x.astype(np.float16), x.astype(ml_dtypes.bfloat16), (x / 64 + 1).astype(np.float16), rtol=0)
 
 
 # --- argmax, argmin

@@ -137,6 +137,20 @@ def _keep_float_arithmetic() -> None:
       fxn.__code__, fxn.tinyjax_rule = replacement.__code__, text
 
 
+# tinygrad's simplify_valid, kept for the ANDs of bools it is for (symbolic's names: its code runs there)
+_VALIDS_ONLY = lambda valid: tinyjax_simplify_valid(valid) if valid.dtype == dtypes.bool else None  # noqa
+
+
+def _simplify_only_bool_valids() -> None:
+  """NB: tinygrad 0.14's rule that simplifies a gate (`valid`, an AND of conditions) matches every AND, also integer
+  masks, and each match first walks the operand's whole graph (`op_in_backward_slice_with_self`): the integer masks
+  of a chain of float16 roundings (a 16-bit sum folded as XLA folds it) made a kernel's rewrite quadratic in its
+  length (seconds for a hundred additions). On an integer AND the rule finds no condition and changes nothing."""
+  original = symbolic.simplify_valid
+  symbolic.tinyjax_simplify_valid = type(original)(original.__code__, vars(symbolic), "tinyjax_simplify_valid")
+  original.__code__ = _VALIDS_ONLY.__code__
+
+
 def c_style_renderers() -> list:
   """tinygrad's C-style renderer classes (OpenCL C, WGSL, Metal, CUDA, HIP, clang), each subclass of CStyleLanguage."""
   renderers, pending = [], [cstyle.CStyleLanguage]
@@ -714,6 +728,7 @@ def amend() -> None:
     _keep_float_zeros()
     _keep_float_arithmetic()
     _keep_float_order()
+    _simplify_only_bool_valids()
     _fix_wgsl()
     _align_views()
     _keep_exact_alternatives()

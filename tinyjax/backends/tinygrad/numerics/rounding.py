@@ -13,9 +13,11 @@ _F32, _U32 = dtypes.float32, dtypes.uint32
 ROUNDED = {dtypes.float16: "float16", dtypes.bfloat16: "bfloat16"}  # their names in tinygrad's EMULATED_DTYPES
 
 
-def rounded(x: Tensor) -> Tensor:
+def rounded(x: Tensor, subnormals_exact: bool = False) -> Tensor:
   """x (float16 or bfloat16, possibly holding float32 precision) rounded to its dtype, nearest even: NaN stays NaN,
-  overflow gives inf, and float16's subnormal range rounds to multiples of 2**-24."""
+  overflow gives inf, and float16's subnormal range rounds to multiples of 2**-24. `subnormals_exact`: x is a multiple
+  of 2**-24 wherever it is below float16's smallest normal, as a sum of float16 values is, so that range needs no
+  rounding (half the operations)."""
   dtype = x.dtype
   # NB: a cast from float32 is rounded from its operand: tinygrad's emulation clamps to the dtype's range before it
   # rounds (so bfloat16's largest value times 1.001 became inf)
@@ -31,6 +33,8 @@ def rounded(x: Tensor) -> Tensor:
     normal = (u + const(0xFFF) + ((u >> 13) & const(1))) & const(0xFFFFE000)
     normal = ((normal & const(0x7FFFFFFF)) >= const(0x47800000)).where(sign | const(0x7F800000), normal)  # 2**16: inf
     # below float16's smallest normal (2**-14) its values are the multiples of 2**-24: scaled, they are integers
+    if subnormals_exact:
+      return (magnitude > const(0x7F800000)).where(u, normal).bitcast(_F32).cast(dtype)
     # NB: only the subnormal range is scaled: tinygrad folds the int cast of a constant inf or NaN with Python's
     # int(), which raises (a float16 reduce_window whose windows lie wholly in its padding)
     tiny = magnitude < const(0x38800000)

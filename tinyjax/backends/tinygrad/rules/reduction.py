@@ -14,16 +14,74 @@ from tinygrad import Tensor, dtypes
 
 from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.numerics import floatmath as fm
+from tinyjax.backends.tinygrad.numerics.rounding import ROUNDED, rounded
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
 
 
 # --- reductions over `axes`
 
+_WINDOW = 32  # XLA's CPU tree reduction rewriter: reduced dimensions of 32 or more reduce in windows of 32
+_LONGEST_FOLD = 64  # the most elements one output of a level folds here (in one kernel, one after another)
+
+
+def _levels(shape, axes):
+  """XLA's CPU reduction of `axes` as its tree reduction rewriter splits it: per level, each reduced axis's
+  (padding, window); the last level's windows are the whole axes (all under 32)."""
+  levels = []
+  while True:
+    sizes = {a: shape[a] for a in axes}
+    if all(n < _WINDOW for n in sizes.values()):
+      return [*levels, {a: ((0, 0), n) for a, n in sizes.items()}]
+    padding = {a: -(-n // _WINDOW) * _WINDOW - n if n >= _WINDOW else 0 for a, n in sizes.items()}
+    levels.append({a: ((p // 2, p - p // 2), _WINDOW if sizes[a] >= _WINDOW else sizes[a]) for a, p in padding.items()})
+    shape = [-(-n // _WINDOW) if a in axes and n >= _WINDOW else 1 if a in axes else n for a, n in enumerate(shape)]
+
+
+def _rounded_fold(x, axes, combine, identity, subnormals_exact=False):
+  """A float16 or bfloat16 sum or product over `axes` as XLA's CPU computes it, bit for bit: XLA splits a reduced
+  axis of 32 or more into windows of 32 (padded evenly at both ends), folds each window's elements in row-major order
+  from the initial value, rounding each partial result to the dtype (60000 + 60000 - 60000 is inf in float16;
+  1 + 2**-8 + 2**-8 is 1 in bfloat16), and reduces the windows' results the same way until every axis is under 32.
+  tinygrad accumulates in float32, or in a C `__fp16` that its chain of unrolled additions computes in float.
+
+  NB: None where one output folds more than _LONGEST_FOLD elements in a level (several reduced axes: up to 32 * 31 *
+  ... in a row): a kernel of hundreds of roundings takes seconds to build; those sums are rounded once."""
+  levels = _levels(x.shape, axes)
+  if any(math.prod(window for _, window in level.values()) > _LONGEST_FOLD for level in levels):
+    return None
+  for depth, level in enumerate(levels):
+    padding = tuple(level[a][0] if a in level else (0, 0) for a in range(x.ndim))
+    if any(lo or hi for lo, hi in padding):  # NB: padded in a kernel of its own: the fold's many loads, each gated, took seconds to rewrite
+      x = x.pad(padding, value=identity).contiguous()
+    split, outer, inner = [], [], []  # each reduced axis becomes (windows, window): windows stays, window is folded
+    for a, n in enumerate(x.shape):
+      window = level[a][1] if a in level else None
+      split += [n // window, window] if window else [n]
+      outer.append(len(split) - (2 if window else 1))
+      inner += [len(split) - 1] if window else []
+    folded = x.reshape(split).permute(*outer, *inner)
+    folded = folded.reshape(*folded.shape[:len(outer)], -1)
+    total = Tensor.full(folded.shape[:-1], identity, dtype=x.dtype, device=x.device)
+    for i in range(folded.shape[-1]):
+      total = rounded(combine(total.cast(dtypes.float32), folded[..., i].cast(dtypes.float32)).cast(x.dtype),
+                      subnormals_exact)
+    # a kernel per level: a level's expression inlined into each of the next level's loads would grow with both
+    x = total if depth == len(levels) - 1 else total.contiguous()
+  return x.reshape([n for a, n in enumerate(x.shape) if a not in axes])
+
+
 def _sum(x, axes):
   # NB: tinygrad accumulates small ints and float16 in a wider dtype; XLA accumulates in the operand's dtype
-  total = x.sum(axes, dtype=x.dtype)
+  total = _rounded_fold(x, axes, lambda a, b: a + b, 0.0, subnormals_exact=True) if x.dtype in ROUNDED else None
+  if total is None:  # NB: a 16-bit float here is summed in float32 (tinygrad's bfloat16 accumulator fails to compile)
+    total = x.cast(dtypes.float32).sum(axes) if x.dtype in ROUNDED else x.sum(axes, dtype=x.dtype)
   return fb.positive_zero(total) if math.prod(x.shape[a] for a in axes) > 1 else total
+
+
+def _prod(x, axes):
+  total = _rounded_fold(x, axes, lambda a, b: a * b, 1.0) if x.dtype in ROUNDED else None
+  return (x.cast(dtypes.float32) if x.dtype in ROUNDED else x).prod(axes) if total is None else total
 
 
 def _max_or_min(pick: str):
@@ -62,7 +120,7 @@ def _all_ones(dtype):
 
 
 register("reduce_sum")(_reduction(_sum, lambda dtype: 0))
-register("reduce_prod")(_reduction(lambda x, axes: x.prod(axes), lambda dtype: 1))
+register("reduce_prod")(_reduction(_prod, lambda dtype: 1))
 register("reduce_max")(_reduction(_max_or_min("max"), lambda dtype: dtype.min))
 register("reduce_min")(_reduction(_max_or_min("min"), lambda dtype: dtype.max))
 register("reduce_and")(_reduction(_bitwise(lambda bits, axes: bits.min(axes)), _all_ones))
