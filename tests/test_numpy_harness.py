@@ -2,13 +2,18 @@
 
 numpy_cases.py calls each function on a few chosen inputs; here every elementwise function and the common
 reductions take, from a seeded sampler in the manner of JAX's `jtu.sample_product` and `jtu.rand_default`: every
-dtype (bool, unsigned and signed integers, float16, bfloat16, float32) paired with every other, Python scalars
+dtype (bool, unsigned and signed integers, float16, bfloat16, float32, complex64) paired with every other, Python scalars
 (weak types) on either side, 0-d, empty, size-1 and broadcast shapes, and values sprinkled with NaN, infinities,
--0.0 and the integers' extremes. Each draw runs on jax.numpy and on tinyjax.numpy: the same result (tree, shape,
+-0.0 and the integers' extremes (complex: each part so). Each draw runs on jax.numpy and on tinyjax.numpy: the same result (tree, shape,
 dtype, weak type, values) or the same exception type. Natively (TINYJAX_FALLBACK=error) unless JAX's program has an
 equation tinygrad has no rule for yet, listed with its reason (oracle.runs_on_xla_as_listed).
+
+The draws are seeded by the function's name: CI draws DRAWS_PER_FUNCTION (10) each. The long mode draws more
+(`TINYJAX_HARNESS_DRAWS=200`), and `TINYJAX_HARNESS_X64=1` adds JAX's 64-bit dtypes (int64, uint64, float64,
+complex128) and draws under jax_enable_x64, where Python scalars are 64-bit too (devices with float64: CPU, CL).
 """
 import contextlib
+import os
 import zlib
 
 import jax
@@ -21,13 +26,17 @@ import tinyjax
 import tinyjax.numpy as tnp
 from numpy_cases import (ARITHMETIC, BITWISE_BINARY, BITWISE_UNARY, COMPARISONS, FLOAT_BINARY, GCD, LOGICAL,
                          PREDICATES, SHIFTS, UNARY_FLOAT, UNARY_NUMERIC)
-from oracle import RTOL, assert_like_jax, assert_values, native, runs_on_xla_as_listed
+from oracle import RTOL, assert_like_jax, assert_values, native, runs_on_xla_as_listed, x64
 from xfail import device_under_test, param
 
-DTYPES = [np.bool_, np.uint8, np.uint32, np.int8, np.int16, np.int32, np.float16, ml_dtypes.bfloat16, np.float32]
+DTYPES = [np.bool_, np.uint8, np.uint16, np.uint32, np.int8, np.int16, np.int32, np.float16, ml_dtypes.bfloat16,
+          np.float32, np.complex64]
 SHAPES = [(), (0,), (1,), (5,), (3, 1), (2, 5), (0, 3)]
-SCALARS = [True, 3, -2, 0.5, -1.5]  # Python scalars: weakly typed operands
-DRAWS_PER_FUNCTION = 10
+SCALARS = [True, 3, -2, 0.5, -1.5, 1.5 - 2j]  # Python scalars: weakly typed operands
+DRAWS_PER_FUNCTION = int(os.environ.get("TINYJAX_HARNESS_DRAWS", "10"))
+X64 = os.environ.get("TINYJAX_HARNESS_X64") == "1"
+if X64:
+  DTYPES += [np.int64, np.uint64, np.float64, np.complex128]
 
 
 def _names(*families) -> list[str]:
@@ -48,6 +57,10 @@ def _values(rng, shape, dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     values = np.clip(np.round(rng.standard_normal(shape) * 3), info.min, info.max).astype(dtype)
     edges = np.array([info.min, info.max, 0, 1], dtype)
+  elif dtype.kind == "c":  # each part a float32 draw, edges included (inf + nan j, -0.0 - 0.0 j, ...)
+    values = _values(rng, shape, np.float32).astype(dtype)
+    values.imag = _values(rng, shape, np.float32)
+    return values
   else:
     values = (rng.standard_normal(shape) * 3).astype(dtype)
     edges = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype)
@@ -132,7 +145,7 @@ def _bool_scaled(name: str, args) -> bool:
   simplifier makes it a select, whose zeros are +0.0 (False * -1.5), where IEEE arithmetic gives -0.0."""
   kinds = {np.asarray(x).dtype.kind for x in args}
   return name in ("multiply", "divide", "true_divide") and any(
-    isinstance(x, np.ndarray) and x.dtype == np.bool_ for x in args) and bool(kinds & {"f", "V"})
+    isinstance(x, np.ndarray) and x.dtype == np.bool_ for x in args) and bool(kinds & {"f", "V", "c"})
 
 
 def _case_ids(kind, names):
@@ -142,6 +155,11 @@ def _case_ids(kind, names):
 @pytest.mark.parametrize("kind,name", _case_ids("unary", UNARY) + _case_ids("binary", BINARY)
                          + _case_ids("reduction", REDUCTIONS))
 def test_drawn_inputs(kind, name):
+  with x64() if X64 else contextlib.nullcontext():
+    _compare_draws(kind, name)
+
+
+def _compare_draws(kind, name):
   fn = getattr(jnp, name)
   ours = getattr(tnp, name)
   compared = 0

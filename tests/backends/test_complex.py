@@ -53,11 +53,13 @@ def test_binary_on_finite_values(name):
 
 
 def test_division_edges():
-  """Smith's quotient with C99's recovery, as XLA: 1/0j is inf + nan j, x/inf is zero, inf/x is infinite."""
-  numerators = np.array([1, 1, 1 + 1j, INF + 0j, complex(INF, INF), 3 + 4j, 0j, 1e30 + 1e30j], np.complex64)
-  divisors = np.array([0j, complex(0, -0.0), INF, 2 + 1j, 1 + 1j, complex(INF, 1), 0j, 1e-30 + 1e-30j],
-                      np.complex64)
-  check(lambda np_, z, w: np_.asarray(z) / np_.asarray(w), numerators, divisors, rtol=2e-6)
+  """Smith's quotient with C99's recovery, as XLA: 1/0j is inf + nan j, x/inf is zero, inf/x is infinite, and an
+  infinite numerator over zero is the zero divisor's case (inf/0j is inf + nan j): every numerator over every divisor."""
+  numerators = np.array([1, 1 + 1j, INF + 0j, complex(0, INF), complex(-INF, INF), complex(NAN, 1), 3 + 4j, 0j,
+                         1e30 + 1e30j], np.complex64)
+  divisors = np.array([0j, complex(0, -0.0), complex(-0.0, 0), INF, 2 + 1j, 1 + 1j, complex(INF, 1), complex(NAN, 0),
+                       1e-30 + 1e-30j], np.complex64)
+  check(lambda np_, z, w: np_.asarray(z)[:, None] / np_.asarray(w), numerators, divisors, rtol=2e-6)
 
 
 def test_power():

@@ -89,8 +89,8 @@ def quotient(z, w):
   re, im = zero_divisor.where(mul(infinity, a), re), zero_divisor.where(mul(infinity, b), im)
   finite_cd = ~_isinf(c) & ~fb.isnan(c) & ~_isinf(d) & ~fb.isnan(d)
   finite_ab = ~_isinf(a) & ~fb.isnan(a) & ~_isinf(b) & ~fb.isnan(b)
-  # an infinite numerator over a finite divisor: infinity
-  big = nan & (_isinf(a) | _isinf(b)) & finite_cd
+  # an infinite numerator over a finite divisor (other than zero, whose case comes first in XLA's): infinity
+  big = nan & (_isinf(a) | _isinf(b)) & finite_cd & ~zero_divisor
   a1, b1 = _copysign(_isinf(a).cast(a.dtype), a), _copysign(_isinf(b).cast(b.dtype), b)
   inf = Tensor.full_like(a, math.inf)
   re = big.where(mul(inf, add(mul(a1, c), mul(b1, d))), re)
