@@ -34,13 +34,14 @@ def native():
 @contextlib.contextmanager
 def on_tinygrad():
   """native(), and at the end a check that the equations run inside (flushed at its end) ran on tinygrad: some did,
-  none on XLA, whether by fallback or by the backend's choice (TINYJAX_BACKEND=xla or auto)."""
+  none on XLA, whether by fallback or by the backend's choice (TINYJAX_BACKEND=xla or auto). Calls JAX runs itself
+  (values only JAX holds: the report's "run by JAX itself") are XLA's by design."""
   from tinyjax.core import report
   with report.collecting() as ran, native():
     yield
     tinyjax.flush()
   native_runs, runs = ran.native_share
-  assert runs and native_runs == runs, f"not everything ran on tinygrad:\n{ran}"
+  assert native_runs and native_runs == runs - ran.runs_by_jax, f"not everything ran on tinygrad:\n{ran}"
 
 
 def assert_like_jax(actual, expected, rtol=None, atol=None, values=True):

@@ -1,6 +1,6 @@
 """jax.distributed: two processes on this machine (tests/programs/two_processes.py, plain JAX), run as `python` and
 under `tinyjax run`: the same output in each process. JAX computes what spans both processes (a collective over its
-own transport), which the report says; each process's own work runs on tinygrad."""
+own transport), which the report says and counts as XLA's; each process's own work runs on tinygrad."""
 import os
 import re
 import socket
@@ -46,4 +46,6 @@ def test_two_processes_give_jaxs_results():
     assert got.returncode == 0, got.stderr[-2000:]
     assert _printed(got.stdout) == _printed(want.stdout) and len(_printed(want.stdout)) == 3
     assert "run by JAX itself" in got.stderr and "<lambda> x1" in got.stderr, got.stderr[-2000:]
-    assert "equation runs native (100.0%)" in got.stderr, got.stderr[-2000:]
+    # the collective's call is JAX's (its inputs span both processes): one run on XLA, the rest native
+    native, total = map(int, re.search(r"(\d+) of (\d+) equation runs native", got.stderr).groups())
+    assert total - native == 1 and native > 0, got.stderr[-2000:]

@@ -19,6 +19,7 @@ class Report:
   _flushes: int = 0
   compiles: int = 0
   eager: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fn -> calls
+  runs_by_jax: int = 0  # the equation runs of those calls (in the XLA column and the native share's total)
   _choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
   # NB: a run is counted by its placement, and the counts above are brought up to date when read: adding a
   # placement's counters at every run cost 2 us of a jitted call's dispatch. id(placement) -> [placement, runs]
@@ -103,9 +104,12 @@ def record_compile() -> None:
     report.compiles += 1
 
 
-def record_eager(name: str) -> None:
+def record_eager(name: str, primitives: list[str]) -> None:
+  """A call JAX ran itself, and the primitives it ran: they count as equation runs on XLA."""
   for report in _reports():
     report.eager[name] += 1
+    report.runs_by_jax += len(primitives)
+    report._primitives.update(("xla", p) for p in primitives)
 
 
 def report() -> Report:

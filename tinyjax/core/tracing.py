@@ -634,7 +634,7 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
     if scalars_dynamic and traced is None:
       _static_scalar_calls.add(signature)
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
-    return _eager(fn, treedef, leaves)
+    return _eager(fn, treedef, leaves, traced)
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
   arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
   out = _appended(traced, inputs, arrays, single=False, own_callers=1)
@@ -725,10 +725,12 @@ def eager(fn: Callable, args: tuple, kwargs: dict | None = None):
   return _eager(fn, treedef, leaves)
 
 
-def _eager(fn, treedef, leaves):
+def _eager(fn, treedef, leaves, traced: Traced | None = None):
   """Run `fn` on concrete JAX arrays (it needs values, not shapes) and bring the results back, as tinyjax Arrays
-  unless only JAX can hold them (`_only_jax_holds`)."""
-  record_eager(getattr(fn, "__name__", repr(fn)))
+  unless only JAX can hold them (`_only_jax_holds`). The report counts the equations of its trace as run on XLA,
+  or, untraced (its inputs only JAX holds; its avals depend on values), the call as one."""
+  name = getattr(fn, "__name__", repr(fn))
+  record_eager(name, [eqn.primitive.name for eqn in traced.jaxpr.jaxpr.eqns] if traced else [f"{name} (JAX's call)"])
   result = _defer(fn, treedef, leaves)
 
   def wrap(x):

@@ -15,12 +15,12 @@ import math
 
 import jax
 import numpy as np
-from tinygrad import Tensor, dtypes
+from tinygrad import Tensor
 
 from tinyjax.backends.tinygrad.rules import elementwise as ew
+from tinyjax.backends.tinygrad.rules.reduction import tree_fold
 from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.numerics import floatmath as fm
-from tinyjax.backends.tinygrad.numerics import xla_formulas as xf
 from tinyjax.backends.tinygrad.numerics.carried import is_complex, real_dtype
 from tinyjax.backends.tinygrad.table import RULES, RuleContext, register_complex, tg_dtype
 
@@ -49,7 +49,7 @@ def _real_ctx(ctx, in_avals=None, out_avals=None) -> RuleContext:
 
 add, sub, mul, div = ew.add, ew.sub, ew.mul, fm.div
 exp, log, log1p, expm1 = fm.exp, fm.log, fm.log1p, fm.expm1
-sin, cos, sinh, cosh = fm.sin, fm.cos, xf.sinh, xf.cosh
+sin, cos = fm.sin, fm.cos
 sqrt = ew.FLOAT_FUNCTIONS["sqrt"]
 minus = fb.minus
 
@@ -67,9 +67,13 @@ def _copysign(magnitude, sign):
   return fb.with_sign(fb.fabs(magnitude), sign)
 
 
+def product(a, b, c, d):
+  """The parts of (a + bi)(c + di), the textbook product (as XLA's)."""
+  return sub(mul(a, c), mul(b, d)), add(mul(a, d), mul(b, c))
+
+
 def times(z, w):
-  (a, b), (c, d) = parts(z), parts(w)
-  return paired(sub(mul(a, c), mul(b, d)), add(mul(a, d), mul(b, c)))
+  return paired(*product(*parts(z), *parts(w)))
 
 
 def quotient(z, w):
@@ -117,9 +121,15 @@ def magnitude(z):
 
 
 def _exp(z):
+  """e**a (cos b + i sin b), as XLA expands it: where e**a overflows, e**(a/2) twice (so exp(100 + 1e-30j) has a
+  finite imaginary part); a zero imaginary part of either sign gives +0.0 (no NaN from inf * 0)."""
   a, b = parts(z)
-  scale = exp(a)
-  return paired(mul(scale, cos(b)), _zero(b).where(0.0, mul(scale, sin(b))))  # NB: XLA's: +0.0 for either zero
+  scale, half = exp(a), exp(a * 0.5)
+  overflows = scale.eq(math.inf)
+
+  def scaled(t):
+    return overflows.where(mul(mul(half, t), half), mul(scale, t))
+  return paired(scaled(cos(b)), _zero(b).where(0.0, scaled(sin(b))))
 
 
 def _log(z):
@@ -167,40 +177,88 @@ def _power(z, w):
   return paired(zero_exponent.where(1.0, re), zero_exponent.where(0.0, im))  # NB: z ** 0 is 1 + 0j, as XLA
 
 
-def _sin(z):
-  """NB: XLA's real part is never -0.0 (sin(-0.0 + 1j) is +0.0 + 1.18j)."""
+def _sin_cos(z, want_sin: bool):
+  """JAX's lowering of complex sin and cos (lax's _sin_complex, _cos_complex): sinh b and cosh b from expm1 (accurate
+  near zero); where a is zero, sin's real part and cos's imaginary part are +0.0 (no NaN from 0 * inf)."""
   a, b = parts(z)
-  return paired(fb.positive_zero(mul(sin(a), cosh(b))), mul(cos(a), sinh(b)))
+  up, down = expm1(b), expm1(minus(b))
+  sinh_b, cosh_b = sub(up, down) * 0.5, (add(up, down) + 2.0) * 0.5
+  zero = _zero(a)
+  if want_sin:
+    return paired(zero.where(0.0, mul(sin(a), cosh_b)), mul(cos(a), sinh_b))
+  return paired(mul(cos(a), cosh_b), zero.where(0.0, mul(minus(sin(a)), sinh_b)))
 
 
-def _cos(z):
+def _cosh_sinh(z, want_cosh: bool):
+  """XLA's expansion, as for a real operand (xla_formulas): e**(z + log 1/2) + e**(log 1/2 - z) for cosh, their
+  difference for sinh; log 1/2 is a complex constant, so the imaginary parts are b + 0 and 0 - b (no -0.0)."""
   a, b = parts(z)
-  return paired(mul(cos(a), cosh(b)), minus(mul(sin(a), sinh(b))))
+  log_half, zero = Tensor.full_like(a, math.log(0.5)), Tensor.zeros_like(b)
+  up_re, up_im = parts(_exp(paired(add(a, log_half), add(b, zero))))
+  down_re, down_im = parts(_exp(paired(sub(log_half, a), sub(zero, b))))
+  combine = add if want_cosh else sub
+  return paired(combine(up_re, down_re), combine(up_im, down_im))
+
+
+def _tanh_of(a, b):
+  """The parts of tanh(a + bi), as XLA's elemental IR emitter computes them:
+  (e**2a - e**-2a + 4i cos b sin b) / (e**2a + e**-2a + 4 cos**2 b - 2), the exponentials as expm1.
+
+  Its corner cases: where e**2a + e**-2a - 2 is infinite the real part is sign(a); where sin 2b is NaN (b infinite
+  or NaN) the real part is NaN unless a is infinite, when the imaginary part is +0.0; a zero b gives +0.0."""
+  twice = add(a, a)
+  up, down = expm1(twice), expm1(minus(twice))
+  cos_b, sin_b = cos(b), sin(b)
+  sum_minus_two = add(up, down)
+  denominator = add(sum_minus_two, mul(cos_b, cos_b) * 4.0)
+  imaginary_numerator = mul(cos_b, sin_b) * 4.0
+  re = sum_minus_two.eq(math.inf).where(_copysign(Tensor.ones_like(a), a), div(sub(up, down), denominator))
+  im = div(imaginary_numerator, denominator)
+  a_infinite, sin_nan = _isinf(a), fb.isnan(imaginary_numerator)
+  re = (sin_nan & ~a_infinite).where(math.nan, re)
+  im = (_zero(b) | (a_infinite & sin_nan)).where(0.0, im)
+  return re, im
 
 
 def _tanh(z):
-  """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b); where cosh 2a overflows, sign(a) + i 0 sin 2b."""
-  a, b = parts(z)
-  denominator = add(cosh(add(a, a)), cos(add(b, b)))
-  re, im = div(sinh(add(a, a)), denominator), div(sin(add(b, b)), denominator)
-  limit = 40.0 if a.dtype == dtypes.float32 else 350.0
-  huge = fb.fabs(a) > limit
-  return paired(huge.where(_copysign(Tensor.ones_like(a), a), re), huge.where(mul(sin(add(b, b)), Tensor.zeros_like(b)), im))
+  return paired(*_tanh_of(*parts(z)))
 
 
 def _tan(z):
-  """tan z = -i tanh(i z)."""
+  """tan(a + bi) = -i tanh(-b + ai), as XLA computes it: (Im, -Re) of that tanh."""
   a, b = parts(z)
-  re, im = parts(_tanh(paired(minus(b), a)))
+  re, im = _tanh_of(minus(b), a)
   return paired(im, minus(re))
 
 
+COSM1 = [4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.0876754287081521758361E-9,
+         -2.7557319214999787979814E-7, 2.4801587301570552304991E-5, -1.3888888888888872993737E-3,
+         4.1666666666666666609054E-2]  # Cephes' cosm1: x**4 P(x**2) - x**2 / 2
+
+
+def _cosm1(x):
+  """cos x - 1, as XLA's EmitCosm1: Cephes' polynomial where x**2 <= (pi/4)**2 (0.61685), else cos x - 1."""
+  square = mul(x, x)
+  near = add(mul(mul(square, square), fm.poly(square, COSM1)), square * -0.5)
+  return (square > 0.61685).where(cos(x) - 1.0, near)
+
+
 def _expm1(z):
-  """Real part expm1(a) cos b - 2 sin(b/2)**2, which keeps its accuracy near zero."""
+  """XLA's: (expm1(a) cos b + cosm1(b)) + i e**a sin b (accurate near zero), e**a as expm1(a) + 1; a zero imaginary
+  part of either sign gives +0.0."""
   a, b = parts(z)
-  half = sin((b) * 0.5)
-  re = sub(mul(expm1(a), cos(b)), (mul(half, half)) * 2.0)
-  return paired(re, _zero(b).where(b, mul(exp(a), sin(b))))
+  up, cos_b_minus_one = expm1(a), _cosm1(b)
+  re = add(mul(up, cos_b_minus_one + 1.0), cos_b_minus_one)
+  return paired(re, _zero(b).where(0.0, mul(up + 1.0, sin(b))))
+
+
+def _square(z):
+  """JAX's lowering: (a - b)(a + b) + 2abi, the real part +0.0 where |a| = |b| and a is finite (no rounding error
+  from a*a - b*b)."""
+  a, b = parts(z)
+  # NB: ~isnan(b): WGSL's compilers may take |a| == NaN as True
+  equal = ~_isinf(a) & ~fb.isnan(a) & ~fb.isnan(b) & fb.fabs(a).eq(fb.fabs(b))
+  return paired(equal.where(0.0, mul(sub(a, b), add(a, b))), mul(a, b) * 2.0)
 
 
 def _log1p(z):
@@ -213,8 +271,9 @@ def _log1p(z):
 
 
 UNARY = {"exp": _exp, "log": _log, "sqrt": _sqrt, "rsqrt": lambda z: quotient(_one_like(z), _sqrt(z)),
-         "sin": _sin, "cos": _cos, "tan": _tan, "tanh": _tanh, "expm1": _expm1, "log1p": _log1p,
-         "square": lambda z: times(z, z)}
+         "sin": lambda z: _sin_cos(z, True), "cos": lambda z: _sin_cos(z, False),
+         "cosh": lambda z: _cosh_sinh(z, True), "sinh": lambda z: _cosh_sinh(z, False), "tan": _tan, "tanh": _tanh,
+         "expm1": _expm1, "log1p": _log1p, "square": _square}
 
 
 def _one_like(z):
@@ -342,19 +401,28 @@ def _pad(ctx, x, padding_value, *, padding_config):
 
 @register_complex("reduce_prod")
 def _reduce_prod(ctx, z, *, axes, out_sharding=None):
-  """The product over `axes` as a tree of pairwise products."""
-  kept = [d for d in range(z.ndim - 1) if d not in axes]
-  z = z.permute((*kept, *axes, z.ndim - 1))
-  n = int(np.prod([z.shape[len(kept) + i] for i in range(len(axes))], dtype=np.int64))
-  z = z.reshape((*z.shape[:len(kept)], n, 2))
-  if n == 0:
-    return _with_zero_imaginary(Tensor.ones(z.shape[:-2], dtype=z.dtype, device=z.device), z.dtype)
-  while z.shape[-2] > 1:
-    if z.shape[-2] % 2:
-      z = z.cat(_one_like(z[..., :1, :]), dim=-2)
-    half = z.shape[-2] // 2
-    z = times(z[..., :half, :], z[..., half:, :])
-  return z[..., 0, :]
+  """The product over `axes` in XLA's CPU order (reduction.tree_fold): each window folded left to right from 1 + 0j
+  with the textbook product (1 * (inf + 0j) is inf + nan j), the padding's ones multiplied in too."""
+  if math.prod(z.shape[a] for a in axes) == 0:
+    return _with_zero_imaginary(Tensor.ones(ctx.out_aval.shape, dtype=z.dtype, device=z.device), z.dtype)
+
+  def pad(z, padding):
+    return paired(z[..., 0].pad(padding[:-1], value=1.0), z[..., 1].pad(padding[:-1], value=0.0))
+
+  def fold(windows):  # windows: (..., 2, elements)
+    if windows.shape[-1] == 1:  # XLA's simplifier drops a reduction of one element: no product with 1 + 0j
+      return windows[..., 0]
+    re, im = windows[..., 0, :], windows[..., 1, :]
+    total = Tensor.ones_like(re[..., 0]), Tensor.zeros_like(im[..., 0])
+    for i in range(windows.shape[-1]):  # the parts apart: a pairing per product made long folds slow to schedule
+      total = product(*total, re[..., i], im[..., i])
+      if i % _CHAIN == _CHAIN - 1:  # NB: a kernel per _CHAIN products: one kernel of hundreds takes long to build
+        total = tuple(t.contiguous() for t in total)
+    return paired(*total)
+  return tree_fold(z, tuple(axes), pad, fold)
+
+
+_CHAIN = 64
 
 
 @register_complex("sort")

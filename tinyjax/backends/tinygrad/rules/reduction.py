@@ -38,6 +38,30 @@ def _levels(shape, axes):
     shape = [-(-n // _WINDOW) if a in axes and n >= _WINDOW else 1 if a in axes else n for a, n in enumerate(shape)]
 
 
+def tree_fold(x, axes, pad, fold):
+  """A reduction over `axes` in the order of XLA's CPU (its tree reduction rewriter, _levels): per level, the reduced
+  axes padded (`pad(x, padding)`, padding a (low, high) pair per axis of x, to be filled with the identity) and split
+  into windows, and `fold(windows)` reducing the last axis of `windows`, which holds each window's elements in
+  row-major order (the kept axes and the windows' indices before it). Axes of x after the reduced ones (complex
+  numbers' pairs) stay last and are kept."""
+  levels = _levels(x.shape, axes)
+  for depth, level in enumerate(levels):
+    padding = tuple(level[a][0] if a in level else (0, 0) for a in range(x.ndim))
+    if any(lo or hi for lo, hi in padding):  # NB: padded in a kernel of its own: the fold's many loads, each gated, took seconds to rewrite
+      x = pad(x, padding).contiguous()
+    split, outer, inner = [], [], []  # each reduced axis becomes (windows, window): windows stays, window is folded
+    for a, n in enumerate(x.shape):
+      window = level[a][1] if a in level else None
+      split += [n // window, window] if window else [n]
+      outer.append(len(split) - (2 if window else 1))
+      inner += [len(split) - 1] if window else []
+    windows = x.reshape(split).permute(*outer, *inner)
+    total = fold(windows.reshape(*windows.shape[:len(outer)], -1))
+    # a kernel per level: a level's expression inlined into each of the next level's loads would grow with both
+    x = total if depth == len(levels) - 1 else total.contiguous()
+  return x.reshape([n for a, n in enumerate(x.shape) if a not in axes])
+
+
 def _rounded_fold(x, axes, combine, identity, subnormals_exact=False):
   """A float16 or bfloat16 sum or product over `axes` as XLA's CPU computes it, bit for bit: XLA splits a reduced
   axis of 32 or more into windows of 32 (padded evenly at both ends), folds each window's elements in row-major order
@@ -47,28 +71,16 @@ def _rounded_fold(x, axes, combine, identity, subnormals_exact=False):
 
   NB: None where one output folds more than _LONGEST_FOLD elements in a level (several reduced axes: up to 32 * 31 *
   ... in a row): a kernel of hundreds of roundings takes seconds to build; those sums are rounded once."""
-  levels = _levels(x.shape, axes)
-  if any(math.prod(window for _, window in level.values()) > _LONGEST_FOLD for level in levels):
+  if any(math.prod(window for _, window in level.values()) > _LONGEST_FOLD for level in _levels(x.shape, axes)):
     return None
-  for depth, level in enumerate(levels):
-    padding = tuple(level[a][0] if a in level else (0, 0) for a in range(x.ndim))
-    if any(lo or hi for lo, hi in padding):  # NB: padded in a kernel of its own: the fold's many loads, each gated, took seconds to rewrite
-      x = x.pad(padding, value=identity).contiguous()
-    split, outer, inner = [], [], []  # each reduced axis becomes (windows, window): windows stays, window is folded
-    for a, n in enumerate(x.shape):
-      window = level[a][1] if a in level else None
-      split += [n // window, window] if window else [n]
-      outer.append(len(split) - (2 if window else 1))
-      inner += [len(split) - 1] if window else []
-    folded = x.reshape(split).permute(*outer, *inner)
-    folded = folded.reshape(*folded.shape[:len(outer)], -1)
-    total = Tensor.full(folded.shape[:-1], identity, dtype=x.dtype, device=x.device)
-    for i in range(folded.shape[-1]):
-      total = rounded(combine(total.cast(dtypes.float32), folded[..., i].cast(dtypes.float32)).cast(x.dtype),
+
+  def fold(windows):
+    total = Tensor.full(windows.shape[:-1], identity, dtype=x.dtype, device=x.device)
+    for i in range(windows.shape[-1]):
+      total = rounded(combine(total.cast(dtypes.float32), windows[..., i].cast(dtypes.float32)).cast(x.dtype),
                       subnormals_exact)
-    # a kernel per level: a level's expression inlined into each of the next level's loads would grow with both
-    x = total if depth == len(levels) - 1 else total.contiguous()
-  return x.reshape([n for a, n in enumerate(x.shape) if a not in axes])
+    return total
+  return tree_fold(x, axes, lambda x, padding: x.pad(padding, value=identity), fold)
 
 
 def _sum(x, axes):
