@@ -285,6 +285,43 @@ def test_segments_around_a_fallback():
   assert_like_jax(fn(tnp), fn(jnp), rtol=1e-5, atol=1e-5)
 
 
+def _multiply_add_primitive(seen: list):
+  """A user's primitive with no tinygrad rule (JAX's "JAX primitives" page): its abstract evaluation and lowering
+  note what they are given in `seen`."""
+  from jax.extend import core
+  from jax.interpreters import mlir
+  from jax._src.lib.mlir.dialects import hlo  # NB: as the page writes its lowering
+  primitive = core.Primitive("multiply_add")
+  primitive.def_impl(lambda x, y, z: x * y + z)
+
+  def abstract_eval(x, y, z):
+    seen.append(("abstract_eval", x.weak_type, y.weak_type, z.weak_type))
+    return jax.core.ShapedArray(x.shape, x.dtype)
+
+  def lowering(ctx, x, y, z):
+    seen.append(("lowering", *(a.weak_type for a in ctx.avals_in)))
+    return [hlo.AddOp(hlo.MulOp(x, y), z).result]
+  primitive.def_abstract_eval(abstract_eval)
+  mlir.register_lowering(primitive, lowering)
+  return primitive
+
+
+def test_an_equation_without_a_rule_is_evaluated_and_lowered_as_jaxs_jit_does_it():
+  """The XLA segment is the jaxpr as traced: the primitive's abstract evaluation runs once (at the trace, as under
+  JAX's jit; it ran again when the segment was traced a second time) and its lowering sees the traced avals, weak
+  types included (it saw the buffers' strong types). Python scalars as jit's arguments are weakly typed."""
+  def run(jit, seen):
+    primitive = _multiply_add_primitive(seen)
+    return jit(lambda a, b: primitive.bind(a, a, b))(2.0, 10.0)
+
+  jax_seen, tinyjax_seen = [], []
+  expected = run(jax.jit, jax_seen)
+  actual = run(tinyjax.jit, tinyjax_seen)
+  assert_like_jax(actual, expected)
+  assert jax_seen == [("abstract_eval", True, True, True), ("lowering", True, True, True)]
+  assert tinyjax_seen == jax_seen
+
+
 def test_report_accumulates_over_the_process():
   before = tinyjax.report().primitives[("xla", "tridiagonal_solve")]
   for _ in range(2):

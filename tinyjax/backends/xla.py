@@ -5,38 +5,94 @@ import time
 
 import jax
 import numpy as np
+from jax.extend.core import ClosedJaxpr, DebugInfo, Jaxpr, Var, new_jaxpr_eqn
+from jax.extend.core.primitives import jit_p
 
 from tinyjax.ir import keys, profile
 from tinyjax.ir.backend import Backend, Compiled, Device, DeviceNotFoundError, Placement
-from tinyjax.ir.program import interpret
 
 
 def available_devices() -> list[Device]:
   return [Device("xla", f"{d.platform}:{d.id}") for d in jax.devices()]
 
 
-def bind(eqn, inputs):
-  """An equation applied by JAX itself (as jax.core.eval_jaxpr binds one: a primitive that takes a function, as
-  shard_map does, gets it from its jaxpr parameter)."""
-  out = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(eqn.params))
-  return out if eqn.primitive.multiple_results else [out]
-
-
 def _const(c):
   return c.value if keys.is_key(c.aval.dtype) else np.asarray(c.value, c.aval.dtype)
 
 
-def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
-  """A jitted function from the values in `in_slots` to the values of `out_atoms`.
+def as_jaxpr(eqns, in_slots, in_avals, out_atoms, n_slots) -> tuple[ClosedJaxpr, list]:
+  """The equations as one jaxpr over the values in `in_slots` and then the program's constants (the second result),
+  giving the values of `out_atoms`: each equation as it was traced (its avals, weak types included, its effects)."""
+  slots: list = [None] * n_slots
+  consts: dict[int, tuple] = {}  # id(Const) -> (its invar, its value)
 
-  Typed PRNG keys enter and leave as their raw uint32 data (tinyjax.ir.keys)."""
+  def read(atom):
+    if isinstance(atom, int):
+      return slots[atom]
+    if id(atom) not in consts:
+      consts[id(atom)] = (Var(atom.aval), _const(atom))
+    return consts[id(atom)][0]
+
+  traced_avals = dict(zip(in_slots, in_avals))  # an input as its first user traced it (weak type and all)
+  for eqn in reversed(eqns):
+    traced_avals.update((a, aval) for a, aval in zip(eqn.inputs, eqn.in_avals) if a in traced_avals)
+  for slot in in_slots:
+    slots[slot] = Var(traced_avals[slot])
+  jaxpr_eqns = []
+  for eqn in eqns:
+    invars = [read(a) for a in eqn.inputs]
+    outvars = [Var(aval) for aval in eqn.out_avals]
+    for slot, var in zip(eqn.outputs, outvars):
+      slots[slot] = var
+    jaxpr_eqns.append(new_jaxpr_eqn(invars, outvars, eqn.primitive, eqn.params, eqn.effects))
+  outvars = [read(a) for a in out_atoms]
+  constvars, constants = zip(*consts.values()) if consts else ((), ())
+  invars = [slots[s] for s in in_slots] + list(constvars)
+  debug = DebugInfo("jit", "tinyjax segment", tuple(f"x{i}" for i in range(len(invars))),
+                    tuple(f"result[{i}]" for i in range(len(outvars))))
+  effects = frozenset().union(*(e.effects for e in eqns))
+  return ClosedJaxpr(Jaxpr((), invars, outvars, jaxpr_eqns, effects, debug), []), list(constants)
+
+
+def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
+  """A function from the values in `in_slots` to the values of `out_atoms`, compiled by XLA at its first call for
+  where its inputs are.
+
+  The equations reach JAX as the jaxpr they were traced into (a `jit` equation of it), not traced a second time: a
+  primitive's abstract evaluation runs once, as under JAX's jit, and the lowering sees the traced avals, weak types
+  included, the arguments' too. Constants enter as the outer function's, as JAX's tracing makes them. Typed PRNG keys
+  enter and leave as their raw uint32 data (tinyjax.ir.keys)."""
+  closed, constants = as_jaxpr(eqns, in_slots, in_avals, out_atoms, n_slots)
+  n_in, n_out = len(closed.in_avals), len(closed.out_avals)
+  params = dict(_JIT_PARAMS, jaxpr=closed, in_shardings=(_UNSPECIFIED,) * n_in, out_shardings=(_UNSPECIFIED,) * n_out,
+                in_layouts=(None,) * n_in, out_layouts=(None,) * n_out, donated_invars=(False,) * n_in)
+
   def run(*inputs):
-    env = [None] * n_slots
-    for slot, value, aval in zip(in_slots, inputs, in_avals):
-      env[slot] = keys.wrap(value, aval)
-    interpret(eqns, env, bind, _const)
-    return [keys.key_data(env[a] if isinstance(a, int) else _const(a)) for a in out_atoms]
-  return jax.jit(run)
+    values = [keys.wrap(value, aval) for value, aval in zip(inputs, in_avals)]
+    return [keys.key_data(out) for out in jit_p.bind(*values, *constants, **params)]
+
+  arg_avals = [keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in closed.in_avals[:len(in_avals)]]
+  compiled = {}  # the inputs' shardings -> the executable XLA compiled for them
+
+  def call(*inputs):
+    shardings = tuple(getattr(x, "sharding", None) for x in inputs)  # NB: none for NumPy's, on JAX's default device
+    if shardings not in compiled:
+      arg_types = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=sharding)
+                   for a, sharding in zip(arg_avals, shardings)]
+      compiled[shardings] = jax.jit(run).trace(*arg_types).lower().compile()
+    return compiled[shardings](*inputs)
+  return call
+
+
+def _jit_params_of_a_call() -> dict:
+  """The parameters of a `jit` equation that JAX makes for a plain call (no shardings, layouts or donation)."""
+  return dict(jax.make_jaxpr(jax.jit(lambda x: x))(0).eqns[0].params)
+
+
+# NB: jax.extend has jit_p but not its parameters' defaults (UNSPECIFIED shardings): they are read from a traced call.
+# Not inlined: an inlined jit is traced again, equation by equation, with its arguments' avals (weak types lost)
+_JIT_PARAMS = {**_jit_params_of_a_call(), "name": "tinyjax_segment", "inline": False}
+_UNSPECIFIED = _JIT_PARAMS["in_shardings"][0]
 
 
 class XlaBackend(Backend):

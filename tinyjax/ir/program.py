@@ -36,6 +36,7 @@ class Eqn:
   in_avals: tuple
   out_avals: tuple
   source: str  # the user's file:line that created the value
+  effects: frozenset = frozenset()  # the jaxpr equation's (a print, a callback), for a backend that runs it as JAX
 
   @property
   def name(self) -> str:
@@ -79,7 +80,8 @@ class Builder:
       else:
         outs = [self.new_slot() for _ in eqn.outvars]
         self.eqns.append(Eqn(eqn.primitive, dict(eqn.params), tuple(inputs), tuple(outs),
-                             tuple(v.aval for v in eqn.invars), tuple(v.aval for v in eqn.outvars), source))
+                             tuple(v.aval for v in eqn.invars), tuple(v.aval for v in eqn.outvars), source,
+                             eqn.effects))
       for var, atom in zip(eqn.outvars, outs, strict=True):
         env[var] = atom
     return [read(v) for v in jaxpr.outvars]

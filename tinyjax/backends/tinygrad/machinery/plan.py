@@ -150,8 +150,7 @@ def _fallback_step(backend, segment, in_avals, n_slots):
     return run(env)
 
   def run(env):
-    import jax
-    results = fn(*[jax.device_put(backend.get(carried.wrapped(env[s], a))) for s, a in zip(segment.inputs, in_avals)])
+    results = fn(*[backend.get(carried.wrapped(env[s], a)) for s, a in zip(segment.inputs, in_avals)])
     for slot, value in zip(segment.outputs, results):
       env[slot] = carried.unwrapped(backend.put(np.asarray(value)))
   return step
