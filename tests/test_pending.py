@@ -335,6 +335,16 @@ def test_a_long_eager_loop_compiles_what_one_step_needs(monkeypatch, capsys):
   assert max(_compiled_sizes(capsys), default=0) <= 4 * pending.CHUNK_COST
 
 
+def test_a_loop_that_begins_at_its_first_call_is_cut_into_whole_steps(monkeypatch, capsys):
+  """A loop whose step begins with the call traced first (the sine) is cut before each of those calls: every chunk,
+  the first and the last too, is one whole step, so the loop compiles one program. Cut after the sine, the first
+  chunk was the sine alone and the last a step without it: three programs, three kernels to build."""
+  monkeypatch.setenv("TINYJAX_LOG_COMPILES", "1")
+  start = np.linspace(-3, 3, 41, dtype=np.float32)  # NB: a shape of its own: the programs are new to this test
+  assert_like_jax(_sin_affine(tnp, tnp.asarray(start), 30), _sin_affine(jnp, jnp.asarray(start), 30))
+  assert len(_compiled_sizes(capsys)) == 1  # one step's program
+
+
 def test_values_kept_across_the_cuts_are_jaxs():
   """Random eager programs (seeded) of cheap and costly calls, which read values made long before and keep some:
   every kept value, computed in whichever chunk, is JAX's, and reading one mid-way cuts nothing wrong."""

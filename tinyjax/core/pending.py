@@ -324,25 +324,26 @@ def _cut(nodes) -> list[list[Node]]:
 
   Building a program costs time that grows faster than its size (tinygrad's rewrites of one fused graph, a kernel's
   compile): a long eager chain flushed whole was one program whose build took minutes. Cut into chunks, each
-  program's build is bounded, and a loop's chunks repeat: the same structure, compiled once and replayed. A chunk
-  ends once its cost reaches CHUNK_COST, after a call of the function traced first among its calls: the cuts of a
-  loop fall at the same place of its step whatever the phase the flush began at (a flush by the buffer limit ends
-  anywhere in a step), so its chunks have one structure (a few, when that function is called more than once a
-  step). A chunk that finds no such call ends at 4 times CHUNK_COST; a flush that costs less than that is not cut
-  (tinygrad fuses across what a cut would separate)."""
+  program's build is bounded, and a loop's chunks repeat: the same structure, compiled once and replayed. Once a
+  chunk's cost reaches CHUNK_COST, it ends before the next call of the function traced first among its calls: the
+  cuts of a loop fall at the same place of its step whatever the phase the flush began at (a flush by the buffer
+  limit ends anywhere in a step), so its chunks have one structure (a few, when that function is called more than
+  once a step). Cut before that call, not after it, a loop that begins at that call is whole steps from its first
+  chunk to its last (cut after it, the first and the last chunks were two structures more, each a new kernel). A
+  chunk that finds no such call ends at 4 times CHUNK_COST; a flush that costs less than that is not cut (tinygrad
+  fuses across what a cut would separate)."""
   if sum(node.traced.cost for node in nodes) < 4 * CHUNK_COST:
     return [nodes]
   chunks, chunk, total, first = [], [], 0, None
   for node in nodes:
-    chunk.append(node)
-    total += node.traced.cost
     serial = node.traced.serial
-    first = serial if first is None else min(first, serial)
     if total >= CHUNK_COST and serial == first or total >= 4 * CHUNK_COST:
       chunks.append(chunk)
       chunk, total, first = [], 0, None
-  if chunk:
-    chunks.append(chunk)
+    chunk.append(node)
+    total += node.traced.cost
+    first = serial if first is None else min(first, serial)
+  chunks.append(chunk)
   return chunks
 
 
