@@ -46,6 +46,17 @@ def _names(*families) -> list[str]:
 UNARY = _names(UNARY_FLOAT, UNARY_NUMERIC, PREDICATES, BITWISE_UNARY)
 BINARY = _names(ARITHMETIC, FLOAT_BINARY, COMPARISONS, LOGICAL, BITWISE_BINARY, SHIFTS, GCD)
 REDUCTIONS = ["sum", "prod", "max", "min", "mean", "argmax", "argmin", "all", "any", "cumsum", "cumprod"]
+# the rest of what JAX's lax_numpy tests parametrize by op records (lax_numpy_*_test.py): the Array's operators, the
+# right-hand ones too (the Array is `self`, a Python scalar or another array the other operand), functions of one
+# array and of two, reductions
+OPERATORS_UNARY = ["__abs__", "__invert__", "__neg__", "__pos__"]
+OPERATORS_BINARY = [f"__{r}{op}__" for op in ("add", "and", "divmod", "floordiv", "lshift", "mod", "mul", "or", "pow",
+                                              "rshift", "sub", "truediv", "xor") for r in ("", "r")] + \
+  ["__eq__", "__ge__", "__gt__", "__le__", "__lt__", "__ne__"]
+MORE_UNARY = ["angle", "atleast_1d", "atleast_2d", "atleast_3d", "conj", "conjugate", "ediff1d", "imag", "isrealobj",
+              "modf", "ravel", "real", "transpose", "unwrap"]
+MORE_BINARY = ["array_equal", "array_equiv", "isclose", "kron", "ldexp", "outer", "polyval"]
+MORE_REDUCTIONS = ["nanmax", "nanmean", "nanmin", "nanprod", "nanstd", "nansum", "nanvar", "ptp", "std", "var"]
 
 
 def _values(rng, shape, dtype) -> np.ndarray:
@@ -89,12 +100,13 @@ def _draws(kind: str, name: str):
   """DRAWS_PER_FUNCTION seeded draws of operands for `name` (the seed is the name: each test id is reproducible)."""
   rng = np.random.default_rng(zlib.crc32(f"{kind}:{name}".encode()))
   for _ in range(DRAWS_PER_FUNCTION):
-    if kind == "unary":
+    if kind in ("unary", "operator of one"):
       yield (_operand(rng, SHAPES[rng.integers(len(SHAPES))], allow_scalar=False),), {}
-    elif kind == "binary":
+    elif kind in ("binary", "operator of two"):
       a_shape, b_shape = _broadcastable_pair(rng)
       operands = [_operand(rng, a_shape, True), _operand(rng, b_shape, True)]
-      if all(not isinstance(x, np.ndarray) for x in operands):
+      if all(not isinstance(x, np.ndarray) for x in operands) or kind == "operator of two" and \
+          not isinstance(operands[0], np.ndarray):  # an operator's self is an array
         operands[0] = _values(rng, a_shape, np.float32)
       if name in ("gcd", "lcm"):  # NB: JAX's own gcd loops forever on the integers' minimum (abs of it is negative)
         operands = [x // 2 if isinstance(x, np.ndarray) and x.dtype.kind == "i" else x for x in operands]
@@ -148,7 +160,7 @@ def _bool_scaled(name: str, args) -> bool:
   """A bool array times or over a float. NB: known difference (tests/xfail.py "mul(convert(bool), x)"): XLA's
   simplifier makes it a select, whose zeros are +0.0 (False * -1.5), where IEEE arithmetic gives -0.0."""
   kinds = {np.asarray(x).dtype.kind for x in args}
-  return name in ("multiply", "divide", "true_divide") and any(
+  return name in ("multiply", "divide", "true_divide", "__mul__", "__rmul__", "__truediv__", "__rtruediv__") and any(
     isinstance(x, np.ndarray) and x.dtype == np.bool_ for x in args) and bool(kinds & {"f", "V", "c"})
 
 
@@ -156,16 +168,23 @@ def _case_ids(kind, names):
   return [param(kind, name, name=f"drawn {name}", id=name) for name in names]
 
 
-@pytest.mark.parametrize("kind,name", _case_ids("unary", UNARY) + _case_ids("binary", BINARY)
-                         + _case_ids("reduction", REDUCTIONS))
+@pytest.mark.parametrize("kind,name", _case_ids("unary", UNARY + MORE_UNARY) + _case_ids("binary", BINARY + MORE_BINARY)
+                         + _case_ids("reduction", REDUCTIONS + MORE_REDUCTIONS)
+                         + _case_ids("operator of one", OPERATORS_UNARY) + _case_ids("operator of two", OPERATORS_BINARY))
 def test_drawn_inputs(kind, name):
   with x64() if X64 else contextlib.nullcontext():
     _compare_draws(kind, name)
 
 
+def _functions(kind: str, name: str):
+  """JAX's function and tinyjax's: jax.numpy's `name`, or the operator `name` of an array made of the first operand."""
+  if kind.startswith("operator"):
+    return tuple(lambda x, *others, np_=np_: getattr(np_.asarray(x), name)(*others) for np_ in (jnp, tnp))
+  return getattr(jnp, name), getattr(tnp, name)
+
+
 def _compare_draws(kind, name):
-  fn = getattr(jnp, name)
-  ours = getattr(tnp, name)
+  fn, ours = _functions(kind, name)
   compared = 0
   for args, kwargs in _draws(kind, name):
     shown = [f"{x.dtype}{list(x.shape)}" if isinstance(x, np.ndarray) else repr(x) for x in args]

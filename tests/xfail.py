@@ -43,7 +43,6 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
      "tinygrad's simplifier did before tinyjax amended it" for name in ("arithmetic on a computed zero",
                                                                        "a loop's first index",
                                                                        "arithmetic on a folded zero",
-                                                                       "drawn mean",  # of an empty array: 0 / 0
                                                                        # -0.0 at its ramp's end, where JAX has 0.0
                                                                        "jnp.pad(f32,2,mode='linear_ramp')")},
   **{("CL", prim, "float16"): "POCL computes float16 without denormals: a result below 6.1e-5 (float16's smallest "

@@ -145,6 +145,24 @@ def test_pow_integer_exponent():
             np.array([3, 3, -1, -1, -2, -1, 3, 0], np.int32))
 
 
+@pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
+def test_division_by_a_constant_zero(dtype):
+  """A zero divisor known when the kernel is compiled (a literal of the jaxpr: jnp.mean of an empty array divides
+  by its count, 0): IEEE's NaN and infinities. On WebGPU 0 / 0.0 was 0.0: its shader compilers fold a division by a
+  literal zero."""
+  x = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan], dtype)
+  check(lambda np_, x: [np_.asarray(x) / 0.0, np_.asarray(x) / -0.0, np_.mean(np_.asarray(x)[:0]),
+                        np_.nanmean(np_.full((2, 3), np.nan, dtype), axis=1)], x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, jnp.bfloat16], ids=dtype_name)
+def test_pow_by_a_constant_exponent(dtype):
+  """A power whose exponent is known when the kernel is compiled (a Python scalar): NaN ** -1.5 is NaN and
+  NaN ** 0.0 is 1. On WebGPU NaN ** -1.5 was 1.0: the shader compilers, assuming no NaN, took NaN == 1."""
+  x = np.array([np.nan, -np.nan, 1.0, -1.0, 0.0, -0.0, 2.0, -2.0, np.inf, -np.inf], dtype)
+  check(lambda np_, x: [np_.asarray(x) ** exponent for exponent in (-1.5, 0.5, 0.0, 2.5, np.inf)], x)
+
+
 @pytest.mark.parametrize("prim", ["eq_to", "lt_to", "le_to"])
 @pytest.mark.parametrize("dtype", [F32, np.int32], ids=dtype_name)
 def test_total_order_comparisons(prim, dtype):

@@ -14,7 +14,8 @@ import math
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad.numerics.floatbits import F32, F64, bits, fabs, isnan, minus, sign_bit, typed, width, with_sign
+from tinyjax.backends.tinygrad.numerics.floatbits import (F32, F64, bits, fabs, isnan, minus, nonzero, sign_bit, typed,
+                                                          width, with_sign)
 from tinyjax.backends.tinygrad.numerics.rounding import ROUNDED, rounded
 
 INF, NAN = math.inf, math.nan
@@ -27,7 +28,19 @@ def div(x, y):
   """
   x = x if isinstance(x, Tensor) else y.const_like(x)
   x, y = x._broadcasted(y)
+  if (zero := y.uop.base).op is Ops.CONST and zero.arg == 0:
+    return _over_zero(x, negative=math.copysign(1.0, zero.arg) < 0)
   return x.alu(Ops.FDIV, y)
+
+
+def _over_zero(x, negative: bool):
+  """x / 0.0 (-0.0 when `negative`) as IEEE gives it: NaN for 0 and NaN, else an infinity of the two signs' product.
+
+  NB: written out, not divided: a WGSL shader divides by a literal zero as its compilers fold it (0 / 0.0 was 0.0
+  on WebGPU: the mean of an empty array, jnp.nanmean's of an all-NaN row)."""
+  infinity = with_sign(x.const_like(INF), x)
+  infinity = minus(infinity) if negative else infinity
+  return (isnan(x) | ~nonzero(x)).where(x.const_like(NAN), infinity)
 
 
 def poly(x, coefficients):
@@ -438,7 +451,9 @@ def _pow_specials(x, y, magnitude):
   is_odd = is_int & (y * 0.5).trunc().ne(y * 0.5)
   result = (sign_bit(x) & is_odd).where(minus(magnitude), magnitude)
   result = ((x < 0) & (x > -INF) & is_int.logical_not()).where(NAN, result)
-  return (y.eq(0) | x.eq(1) | (x.eq(-1) & fabs(y).eq(INF))).where(1.0, result)
+  # NB: a NaN operand is ruled out by its bits: WGSL's compilers may take NaN == 1 (nan ** -1.5 was 1.0 on WebGPU)
+  ones = ((x.eq(1) | (x.eq(-1) & fabs(y).eq(INF) & ~isnan(y))) & ~isnan(x)) | (y.eq(0) & ~isnan(y))
+  return ones.where(1.0, result)
 
 
 def _pow64(x, y):
