@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from jax._src import api as jax_api
+from jax._src import core as jax_core
 from jax._src import dispatch as jax_dispatch
 
 import tinyjax
@@ -273,9 +274,11 @@ def _refs_updated(new_ref_of):
   return np.asarray(ref[...]), np.asarray(start), jax.grad(through_a_ref)(1.0)
 
 
-@pytest.mark.parametrize("new_ref", ["jax.new_ref", "jax.ref.new_ref"])
+@pytest.mark.parametrize("new_ref", ["jax.new_ref", "jax.ref.new_ref", "jax._src.core.new_ref"])
 def test_a_mutable_reference_is_jaxs_under_the_patch(new_ref):
-  of = lambda: jax.new_ref if new_ref == "jax.new_ref" else jax.ref.new_ref  # noqa: E731: read while patched
+  """Each spelling of new_ref (JAX's own tests use the core one, beneath jax.new_ref)."""
+  of = lambda: {"jax.new_ref": jax.new_ref, "jax.ref.new_ref": jax.ref.new_ref,  # noqa: E731: read while patched
+                "jax._src.core.new_ref": jax_core.new_ref}[new_ref]
   expected = _refs_updated(lambda x: of()(x))
   with tinyjax.patch():
     values, start, gradient = _refs_updated(lambda x: of()(x))

@@ -36,6 +36,7 @@ import jax
 import jax.profiler
 import numpy as np
 from jax._src import api as jax_api
+from jax._src import core as jax_core  # NB: JAX's own tests make Refs with core.new_ref, beneath jax.new_ref
 from jax._src import dispatch as jax_dispatch
 
 from tinyjax import identity, profiling, transforms
@@ -305,7 +306,7 @@ def _plan() -> list[tuple[types.ModuleType, str, object]]:
   plan.append((jax, "device_put", _dispatching(jax.device_put, _device_put)))
   for attr in ("device_put_sharded", "device_put_replicated"):  # pmap's, no longer in JAX's namespace
     plan.append((jax_api, attr, _dispatching(getattr(jax_api, attr), _given_jax_arrays(getattr(jax_api, attr)))))
-  for module in (jax, jax.ref):
+  for module in (jax, jax.ref, jax_core):
     plan.append((module, "new_ref", _dispatching(module.new_ref, functools.partial(_new_ref, module.new_ref))))
   for attr in ("trace", "start_trace", "stop_trace"):
     plan.append((jax.profiler, attr, _dispatching(getattr(jax.profiler, attr), getattr(profiling, attr))))
