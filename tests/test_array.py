@@ -134,6 +134,21 @@ def test_binary_operators(xla, dtype, other, reflected):
   assert_like_jax(actual, expected)
 
 
+def test_a_concrete_integer_exponent_on_the_right_of_a_reflected_power_is_jaxs_integer_power():
+  """JAX's eager x ** y reads a 0-d integer y's value, reflected too (y.__rpow__(x)): integer_pow, so the base's dtype
+  stays (uint16 ** int16 is uint16, where a traced exponent promotes to int32) and an integer base refuses a
+  negative one."""
+  cases = [(np.array([[3], [0], [7]], np.uint16), np.int16(2)), (2, np.int32(3)), (2.5, np.int32(-3)),
+           (np.float16(1.5), np.int8(2)), (np.array([1.5, -2.0], np.float32), np.uint8(3))]
+  for base, exponent in cases:
+    assert_like_jax(base ** tnp.asarray(exponent), base ** jnp.asarray(exponent))
+    assert_like_jax(tnp.asarray(exponent).__rpow__(base), jnp.asarray(exponent).__rpow__(base))
+  with pytest.raises(TypeError, match="Integers cannot be raised to negative powers"):
+    2 ** jnp.asarray(np.int32(-1))
+  with pytest.raises(TypeError, match="Integers cannot be raised to negative powers"):
+    2 ** tnp.asarray(np.int32(-1))
+
+
 def test_numpy_on_the_left_defers_to_tinyjax():
   x = tnp.arange(3.0)
   assert isinstance(np.ones(3, np.float32) + x, tinyjax.Array)

@@ -157,11 +157,15 @@ def _same_but_denormals(actual, expected) -> bool:
 
 
 def _bool_scaled(name: str, args) -> bool:
-  """A bool array times or over a float. NB: known difference (tests/xfail.py "mul(convert(bool), x)"): XLA's
-  simplifier makes it a select, whose zeros are +0.0 (False * -1.5), where IEEE arithmetic gives -0.0."""
-  kinds = {np.asarray(x).dtype.kind for x in args}
-  return name in ("multiply", "divide", "true_divide", "__mul__", "__rmul__", "__truediv__", "__rtruediv__") and any(
-    isinstance(x, np.ndarray) and x.dtype == np.bool_ for x in args) and bool(kinds & {"f", "V", "c"})
+  """A bool array (or NumPy bool scalar) times or over a number, in floats. NB: known difference (tests/xfail.py
+  "mul(convert(bool), x)"): XLA's simplifier makes it a select, whose zeros are +0.0 (False * -1.5) and whose
+  False / 0 is 0.0, where IEEE arithmetic gives -0.0 and NaN."""
+  if name not in ("multiply", "divide", "true_divide", "outer", "kron", "__mul__", "__rmul__", "__truediv__",
+                  "__rtruediv__"):
+    return False
+  bools = [isinstance(x, (np.ndarray, np.generic)) and x.dtype == np.bool_ for x in args]
+  inexact = jnp.issubdtype(jnp.result_type(*args), jnp.inexact) or "div" in name
+  return any(bools) and not all(bools) and inexact
 
 
 def _case_ids(kind, names):
