@@ -67,6 +67,15 @@ def test_power():
   check(lambda np_, a: np_.asarray(a) ** -2, z, rtol=2e-6)
 
 
+def test_power_on_edge_values():
+  """Every base of a grid of special values to every exponent of it: each part's NaN, infinities and zeros as XLA's
+  CPU gives them, the corner cases its formula alone would miss included (1 ** w is 1 + 0j for every w, inf ** c for a
+  real c is inf or 0)."""
+  parts = [0.0, -0.0, 1.0, -1.0, 0.5, -3.0, INF, -INF, NAN]
+  grid = np.array([complex(re, im) for re, im in itertools.product(parts, parts)], np.complex64)
+  check(lambda np_, z, w: np_.power(np_.asarray(z)[:, None], np_.asarray(w)), grid, grid, rtol=5e-5, atol=1e-30)
+
+
 @pytest.mark.parametrize("dtype", [np.uint32, np.int32])
 def test_power_with_an_integer_array_exponent(dtype):
   """lax.pow(complex, int): JAX converts the exponent to the base's dtype."""

@@ -166,7 +166,19 @@ def _integer_pow(z, y: int):
 
 def _power(z, w):
   """z ** w = |z|**c e**(-d t) (cos q + i sin q), t = arg z, q = c t + d log|z| (XLA's); z ** 0 is 1; 0 ** w: 0 for
-  a positive real w, NaN otherwise."""
+  a positive real w, NaN otherwise. As XLA's CPU computes them (measured on the grid of special values; its formula
+  alone gives NaN there): 1 ** w is 1 + 0j for every w, and inf ** c for a real nonzero c (inf too) is inf (c > 0) or 0
+  (c < 0), + 0j."""
+  (a, b), (c, d) = parts(z), parts(w)
+  result = _power_by_the_formula(z, w)
+  real_one = (a.eq(1) & ~fb.isnan(a)) & _zero(b)
+  real_infinity = (a.eq(math.inf) & ~fb.isnan(a)) & _zero(b) & _zero(d) & ~_zero(c) & ~fb.isnan(c)
+  re, im = parts(result)
+  re = real_one.where(1.0, real_infinity.where((c > 0).where(math.inf, 0.0), re))
+  return paired(re, (real_one | real_infinity).where(0.0, im))
+
+
+def _power_by_the_formula(z, w):
   (a, b), (c, d) = parts(z), parts(w)
   t = fm.atan2(b, a)
   log_abs = log(magnitude(z))
