@@ -13,10 +13,6 @@ import jax.numpy as jnp
 from tinyjax.core import tracing
 
 
-def _integer_power(x1, *, exponent: int):
-  return jnp.power(x1, exponent)
-
-
 def _power(jax_power):
   """`jax_power` (jnp.power or its alias jnp.pow), with a concrete integer exponent static: one trace per exponent,
   as JAX's integer_pow is one primitive per exponent."""
@@ -24,7 +20,7 @@ def _power(jax_power):
   def power(x1, x2, /):
     exponent = tracing.concrete_integer(x2)
     if type(exponent) is int:
-      return tracing.call(_integer_power, (x1,), {"exponent": exponent})
+      return tracing.call(tracing.integer_power, (x1,), {"exponent": exponent})
     return tracing.call(jax_power, (x1, x2))
   return power
 

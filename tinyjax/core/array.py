@@ -20,10 +20,6 @@ def _apply_method(name, x, *args, **kwargs):
   return getattr(x, name)(*args, **kwargs)
 
 
-def _integer_power(base, *, exponent: int):
-  return jnp.power(base, exponent)
-
-
 def _getitem(x, index):
   return x[index]
 
@@ -49,7 +45,7 @@ def _operator(name):
       if name == "pow":  # a concrete integer exponent (np.int8(-1), a 0-d array) is JAX's integer_pow too
         other = tracing.concrete_integer(other)
       elif name == "rpow" and type(exponent := tracing.concrete_integer(self)) is int:  # and so is self, a 0-d
-        return tracing.call(_integer_power, (other,), {"exponent": exponent})  # integer: the base's dtype stays
+        return tracing.call(tracing.integer_power, (other,), {"exponent": exponent})  # integer: the base's dtype stays
       return tracing.call(_apply_method, (method, self, other), static_scalars=static_scalars)
     if type(other) in refused:  # NB: not isinstance, so that a NamedTuple may answer the operator itself, as in JAX
       first, second = (other, self) if name in _REFLECTED else (self, other)

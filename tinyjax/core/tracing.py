@@ -396,6 +396,11 @@ def _fits(value: int, ranges) -> bool:
   return -2 ** 31 <= value < 2 ** 31 and all(r.min <= value <= r.max for r in ranges)
 
 
+def integer_power(base, *, exponent: int):
+  """jnp.power with a concrete integer exponent (static: JAX's integer_pow is one primitive per exponent)."""
+  return jax.numpy.power(base, exponent)
+
+
 def concrete_integer(x):
   """`x` as a Python int where JAX reads a concrete integer scalar (a Python int or bool, a NumPy integer scalar, a
   0-d integer array: `operator.index` takes it), else `x` itself.
