@@ -505,15 +505,18 @@ print(statistics.median(times[2:]))
 def bench_data_parallel(repeats):
   """A plain JAX data-parallel train step (`mlp_training`'s, its batch split over a mesh of 1, 2 and 4 of
   JAX's CPU devices, the parameters replicated), jitted: as JAX runs it and under tinyjax.patch() (as `tinyjax run`
-  runs it), each in a new process that asks JAX for that many devices. NB: tinyjax computes a mesh's shards on one
-  tinygrad device (docs/guide.md, Many devices)."""
-  def step_time(which: str, devices: int) -> float:
+  runs it), each in a new process that asks JAX for that many devices; tinyjax split over as many instances of the
+  tinygrad device, and on one (TINYJAX_SPLIT=0). NB: on a machine without a GPU the instances share its cores."""
+  def step_time(which: str, devices: int, split: str = "1") -> float:
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, which, str(repeats), here], capture_output=True,
-                         text=True, check=True, env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices)})
+                         text=True, check=True,
+                         env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices), "TINYJAX_SPLIT": split})
     return float(out.stdout.split()[-1])
   for devices in (1, 2, 4):
     times = {"jax.jit": step_time("jax", devices), "patched jax.jit": step_time("tinyjax", devices)}
+    if devices > 1:
+      times["patched, on one device"] = step_time("tinyjax", devices, split="0")
     row(f"data-parallel MLP train step, batch over {devices} CPU device{'s' if devices > 1 else ''}", times,
         ("patched jax.jit", "jax.jit", "<= 3"))
 

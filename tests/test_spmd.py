@@ -15,6 +15,7 @@ from jax.sharding import AxisType, PartitionSpec as P
 
 import tinyjax
 from oracle import assert_like_jax, on_tinygrad
+from tinyjax.choosing.selection import current_backend
 
 
 def _mesh(shape, names):
@@ -278,7 +279,7 @@ def test_an_eager_shard_map_prints_each_block_like_jax(capsys):
 
 # --- data-parallel training: the batch split over the mesh, the parameters replicated
 
-def _train(parallel: str, steps=3):
+def _train(parallel: str, devices: int = 4, steps=3):
   """Losses of a flax MLP trained with optax's adam, data-parallel: `jit` over a batch placed with
   NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean."""
   class MLP(nn.Module):
@@ -297,7 +298,7 @@ def _train(parallel: str, steps=3):
   state = opt.init(params)
   losses = []
   if parallel == "jit":
-    mesh = jax.make_mesh((4,), ("data",))
+    mesh = jax.make_mesh((devices,), ("data",))
     batch = jax.NamedSharding(mesh, P("data", None))
     params, state = jax.device_put((params, state), jax.NamedSharding(mesh, P()))
 
@@ -315,16 +316,73 @@ def _train(parallel: str, steps=3):
       loss, grads = lax.pmean(loss_and_grads(params, x, y), "data")
       updates, state = opt.update(grads, state, params)
       return optax.apply_updates(params, updates), state, loss
-    params, state = jax.tree.map(lambda leaf: jnp.stack([leaf] * 4), (params, state))
+    params, state = jax.tree.map(lambda leaf: jnp.stack([leaf] * devices), (params, state))
     for _ in range(steps):
-      params, state, loss = step(params, state, xs.reshape(4, 16, 8), ys.reshape(4, 16, 1))
+      params, state, loss = step(params, state, xs.reshape(devices, -1, 8), ys.reshape(devices, -1, 1))
       losses.append(loss)
   return losses
 
 
-@pytest.mark.parametrize("parallel", ["jit", "pmap"])
-def test_data_parallel_training_like_jax(parallel):
-  expected = _train(parallel)
+def _device_set(n: int) -> str | None:
+  """tinygrad's names of n instances of the device kind the tests run on ("CPU,CPU:1,CPU:2,CPU:3"), if tinygrad opens
+  that many in this process (CPU and WEBGPU do; CL as many devices as OpenCL lists); else None."""
+  from tinygrad import Device
+  kind = current_backend().kind
+  try:
+    for i in range(n):
+      Device[f"{kind}:{i}"]
+  except Exception:  # noqa: BLE001  (each runtime refuses a missing instance its own way)
+    return None
+  return ",".join([kind, *(f"{kind}:{i}" for i in range(1, n))])
+
+
+def _ran(fn):
+  """(fn(), the report of what it ran where)."""
+  out = []
+  report = tinyjax.explain(lambda: out.append(fn()))()
+  return out[0], report
+
+
+@pytest.mark.parametrize("parallel, devices", [("jit", 4), ("jit", 2), ("pmap", 4)])
+def test_data_parallel_training_like_jax(parallel, devices):
+  expected = _train(parallel, devices)
   with tinyjax.patch(), on_tinygrad():
-    actual = _train(parallel)
+    actual, ran = _ran(lambda: _train(parallel, devices))
   assert_like_jax(actual, expected, rtol=1e-5)
+  # each step ran split over the instances of the device, its batch split, where the device has them
+  device_set = _device_set(devices)
+  assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
+
+
+def _split_programs():
+  """Work on arrays split over a mesh's devices that tinygrad 0.14's multi-device Tensors cannot split (a pad and a
+  cumulative sum along the split axis, a gather of rows from across the blocks), and work they can, edge values in
+  the blocks."""
+  edges = np.where(np.abs(EDGES) == np.float32(1e-45), np.float32(2.5), EDGES)  # NB: XLA flushes denormals
+  x = jax.device_put(edges.reshape(4, 2) * np.float32([[1], [-2], [3], [0.5]]), jax.NamedSharding(LINE, P("i")))
+  ints = jax.device_put(INTS[:4], jax.NamedSharding(LINE, P("i")))
+  programs = {"padded": lambda: jnp.pad(x, ((1, 1), (0, 0))), "cumsum": lambda: jnp.cumsum(x, axis=0),
+              "rows across blocks": lambda: x[jnp.array([3, 0, -1, 7])], "sum": lambda: x.sum(0),
+              "ints wrap": lambda: ints.sum(0), "elementwise": lambda: jnp.sin(x) * 2, "product": lambda: x @ x.T}
+  return {name: jax.block_until_ready(program()) for name, program in programs.items()}  # one program each
+
+
+def test_what_tinygrad_cannot_split_runs_gathered_like_jax():
+  expected = _split_programs()
+  with tinyjax.patch(), on_tinygrad():
+    actual, ran = _ran(_split_programs)
+  assert_like_jax(actual, expected)
+  device_set = _device_set(4)
+  if device_set is None:
+    assert not ran.choices
+    return
+  ways = {reason.partition(" (")[0] for reason in ran.choices}
+  assert ways == {f"split over {device_set}", f"gathered on {device_set.partition(',')[0]} from {device_set}"}, str(ran)
+
+
+def test_split_can_be_turned_off():
+  tinyjax.config.update("split", "0")
+  with tinyjax.patch(), on_tinygrad():
+    actual, ran = _ran(_split_programs)
+  assert_like_jax(actual, _split_programs())
+  assert not ran.choices

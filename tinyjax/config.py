@@ -42,6 +42,10 @@ SETTINGS: dict[str, Setting] = {
   "check": Setting("TINYJAX_CHECK", "0", ("0", "1"),
                    "also run each flushed program on XLA; a difference raises tinyjax.CheckError naming the first "
                    "equation that differs (docs/reliability.md)"),
+  "split": Setting("TINYJAX_SPLIT", "1", ("0", "1"),
+                   "arrays placed on a mesh of N devices (jax.device_put with a NamedSharding) are split over N "
+                   "instances of the tinygrad device (CPU:0..N-1, WEBGPU:0/1, ...) where it has them, and programs on "
+                   "them run on all of them; 0: on one device"),
   "f64": Setting("TINYJAX_F64", "error", ("error", "downcast"),
                  "float64 (jax_enable_x64) on a device without float64: raise tinyjax.Float64Error at the call, or "
                  "compute it in float32 (docs/reliability.md)"),

@@ -2,7 +2,7 @@
 import jax
 import numpy as np
 
-from tinyjax.choosing.selection import backend_for, current_backend
+from tinyjax.choosing.selection import backend_for, backend_over, current_backend
 from tinyjax.core.array import Array, ShardedArray
 from tinyjax.core.pending import Value
 from tinyjax.core.tracing import host_aval, input_value, inside_transformation, partial_over_a_mesh, to_jax
@@ -32,6 +32,9 @@ def device_put(x, device=None, sharding=None):
   else:
     backend = backend_for(current_backend().name, str(device))
 
+  over_mesh = backend_over(backend, sharding.mesh) if isinstance(sharding, jax.sharding.NamedSharding) and \
+      isinstance(sharding.mesh, jax.sharding.Mesh) else backend
+
   def put(leaf):
     if isinstance(leaf, Array):
       value = leaf._value
@@ -46,7 +49,7 @@ def device_put(x, device=None, sharding=None):
       return Array(value.placed_on(backend))
     typed = jax.typeof(jax.ShapeDtypeStruct(value.aval.shape, value.aval.dtype, weak_type=value.aval.weak_type,
                                             sharding=sharding))
-    return ShardedArray(value.placed_on(backend, typed), sharding)
+    return ShardedArray(value.placed_on(over_mesh, typed, sharding), sharding)
   return jax.tree_util.tree_map(put, x, is_leaf=_is_array_like)
 
 

@@ -6,9 +6,11 @@ The layers: base (the interface) < xla, tinygrad, auto (the backends) < this mod
 import threading
 import warnings
 
+import jax
+
 from tinyjax import config
 from tinyjax.ir import float64
-from tinyjax.ir.backend import Backend, Device, FallbackError, FallbackWarning, Float64Error
+from tinyjax.ir.backend import Backend, Device, DeviceNotFoundError, FallbackError, FallbackWarning, Float64Error
 
 _backends: dict[tuple[str, str], Backend] = {}
 _lock = threading.RLock()  # NB: reentrant: the auto backend makes its tinygrad and XLA backends while made
@@ -42,6 +44,29 @@ def backend_for(name: str, device: str) -> Backend:
         made = _make(name, device)
         backend = _backends[key] = _backends.setdefault((name, made.device.name), made)
   return backend
+
+
+_unsplittable: set[str] = set()  # device sets that did not open (CL lists one device; a WEBGPU adapter refused one)
+
+
+def backend_over(backend: Backend, mesh) -> Backend:
+  """The backend of `backend`'s device kind over the devices of a mesh, tinygrad's instances of the numbers of JAX's
+  devices (CPU:0..CPU:3 for a mesh of 4 of JAX's CPU devices), so that arrays placed on it are split over them; or
+  `backend` itself: under TINYJAX_SPLIT=0, for XLA (JAX places the arrays of its own runtime), for a mesh of one
+  device or of another process's devices, and where the device kind has fewer instances."""
+  devices = list(mesh.devices.flat)
+  if (backend.name != "tinygrad" or backend.spans_devices or config.validated("split") == "0" or len(devices) < 2
+          or any(d.process_index != jax.process_index() for d in devices)):
+    return backend
+  from tinyjax.backends.tinygrad.machinery.device import instances
+  device_set = instances(backend.kind, [d.id for d in devices])
+  if device_set in _unsplittable:
+    return backend
+  try:
+    return backend_for("tinygrad", device_set)
+  except DeviceNotFoundError:
+    _unsplittable.add(device_set)
+    return backend
 
 
 def _make(name: str, device: str) -> Backend:

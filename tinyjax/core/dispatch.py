@@ -96,8 +96,8 @@ def run(prepared):
     if tracing.cached_trace(entry.trace_key) is not traced:
       return MISS
     entry.generation = tracing.trace_generation()
-  backend = pending.flush_backend()
   inputs = [tracing.input_value(leaves[i], aval) for i, aval in zip(entry.dynamic, entry.avals)]
+  backend = pending.placed_backend(pending.flush_backend(), inputs)
   unique, wiring = inputs, entry.wiring
   if len(set(map(id, inputs))) < len(inputs):  # a Value passed twice is one input of the program, as in a flush
     unique, wiring = _shared(traced, inputs)

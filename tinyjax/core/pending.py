@@ -44,11 +44,12 @@ class Value:
         buffer = self.buffers[backend] = backend.put(host)
     return buffer
 
-  def placed_on(self, backend, aval=None) -> "Value":
+  def placed_on(self, backend, aval=None, sharding=None) -> "Value":
     """A concrete copy of this value whose one buffer is on `backend` (of type `aval`: the same data, placed on a
-    mesh)."""
+    mesh; split over its devices as `sharding` says, where `backend` spans them)."""
     placed = Value(aval or self.aval, host=self.to_host())
-    placed.buffers = {backend: placed.buffer_on(backend)}
+    placed.buffers = {backend: backend.put(placed.host, sharding) if backend.spans_devices
+                      else placed.buffer_on(backend)}
     return placed
 
   def to_host(self) -> np.ndarray:
@@ -237,6 +238,19 @@ def flush_backend():
   return backend
 
 
+def placed_backend(backend, input_values):
+  """The backend a program of these inputs runs on: the flush's, or the one over a set of devices of its kind where an
+  input lives split (an array placed on a mesh, or computed from one), so that the work runs split as its data is."""
+  kind = backend.kind
+  if kind is not None:
+    for v in input_values:
+      if backend not in v.buffers:
+        for placed, buffer in v.buffers.items():
+          if placed.spans_devices and placed.kind == kind and placed.is_split(buffer):
+            return placed
+  return backend
+
+
 def _collect(values):
   """The nodes the values need, in the order they were traced."""
   nodes, stack = {}, [v.node for v in values]
@@ -255,6 +269,7 @@ def run(values: list[Value], backend, whole: bool = True) -> list | None:
   Not `whole`: the calls of the last of several chunks stay pending (returned)."""
   nodes = _collect(values)
   wiring, input_values, outs = _wired(nodes, values)
+  backend = placed_backend(backend, input_values)
   key = (backend, wiring, outs)
   compiled = _programs.get(key)
   if compiled is not None:

@@ -33,7 +33,7 @@ from jax.extend.core import ClosedJaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
 from tinyjax import config
 from tinyjax.ir.float64 import uses_float64
-from tinyjax.choosing.selection import backend_for, check_fallback, current_backend
+from tinyjax.choosing.selection import backend_for, backend_over, check_fallback, current_backend
 from tinyjax.core import pending
 from tinyjax.core.pending import DeletedValue, Value
 from tinyjax.core.report import record_eager
@@ -41,6 +41,7 @@ from tinyjax.ir import keys
 from tinyjax.ir.backend import Device
 from tinyjax.ir.program import program_of
 from tinyjax.ir.source import user_source
+from tinyjax.ir.spmd import shard_map_shardings
 
 _VALUE_DEPENDENT = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                     jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
@@ -97,6 +98,11 @@ class Traced:
     one: its results are placed on the mesh (_placed_as_jax_propagates), so its calls are not remembered for a fast
     path that would not place them."""
     return _places_on_a_mesh(self.jaxpr.jaxpr)
+
+  @functools.cached_property
+  def mesh_shardings(self) -> list:
+    """For each input, the NamedSharding by which a shard_map over a mesh (pmap's) splits it, or None."""
+    return shard_map_shardings(self.jaxpr.jaxpr)
 
   @functools.cached_property
   def cost(self) -> int:
@@ -641,6 +647,8 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
       return call(fn, tuple(a.value if isinstance(a, Scalar) else a for a in args), kwargs)
     return _eager(fn, treedef, leaves, traced)
   inputs = [input_value(leaves[i], aval) for i, aval in zip(dynamic, avals)]
+  if traced.maps_over_a_mesh:
+    inputs = _split_over_the_mesh(traced, inputs)
   arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
   out = _appended(traced, inputs, arrays, single=False, own_callers=1)
   if traced.maps_over_a_mesh or any(map(_on_an_auto_mesh, arrays)):
@@ -648,6 +656,21 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   if key is not None and (signature is None or scalars_dynamic):
     _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
   return out
+
+
+def _split_over_the_mesh(traced, inputs: list) -> list:
+  """The inputs of pmap or of a shard_map over a mesh of devices, each that is concrete and not split yet placed split
+  over the mesh's devices as the shard_map splits it (where the device kind has those instances), so that the program
+  runs split over them (pending.placed_backend), and so do the programs on its results."""
+  backend = pending.flush_backend()
+  placed = []
+  for value, sharding in zip(inputs, traced.mesh_shardings, strict=True):
+    if (sharding is not None and value.node is None and type(value) is Value
+            and not any(b.spans_devices for b in value.buffers)
+            and (over := backend_over(backend, sharding.mesh)).spans_devices):
+      value = value.placed_on(over, None, sharding)
+    placed.append(value)
+  return placed
 
 
 def _places_on_a_mesh(jaxpr) -> bool:

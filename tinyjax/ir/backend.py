@@ -56,10 +56,16 @@ class Backend(abc.ABC):
   # time to build one program grows faster than its size. NB: not for XLA, which compiles a long program in time about
   # proportional to it, and to which each cut adds a dispatch.
   cuts_long_flushes = False
+  # The kind of device (tinygrad's CPU, CL, ...; None for a backend that has no such kinds), and whether this backend
+  # runs over a set of devices of that kind (a mesh's), its buffers split over them: core.pending runs a program where
+  # an input of it lives split, when that is a set of the kind the flush would run on.
+  kind: str | None = None
+  spans_devices = False
 
   @abc.abstractmethod
   def put(self, host: np.ndarray):
-    """A host array as this backend's buffer."""
+    """A host array as this backend's buffer (a backend that spans devices also takes a NamedSharding: how to split
+    it over them)."""
 
   @abc.abstractmethod
   def get(self, buffer) -> np.ndarray:
@@ -76,6 +82,10 @@ class Backend(abc.ABC):
   @abc.abstractmethod
   def compile(self, program) -> Compiled:
     """A runner for the Program."""
+
+  def is_split(self, buffer) -> bool:
+    """Whether a buffer of a backend that spans devices is split over them (not a copy on each)."""
+    return False
 
   def supports_dtype(self, dtype) -> bool:
     """Whether the device computes this dtype."""

@@ -328,3 +328,39 @@ COLLECTIVES = {
 # the collectives of reduced and unreduced types, ragged ones and point-to-point sends: the equation stays whole
 UNSTACKED = {"ragged_all_to_all", "psend", "precv", "all_gather_reduced", "unreduced_reduce_scatter",
              "unreduced_psum", "preduced", "vary_unreduced_cast_p", "pgather"}
+
+
+def split_axis(sharding, shape: tuple, n_devices: int) -> int | None:
+  """The axis along which an array of `shape` placed with `sharding` (a NamedSharding) is split into equal blocks over
+  all `n_devices` devices of its mesh; None where it is not split so (no sharding, replicated, split over some of the
+  mesh's axes only or along two axes, or unevenly): tinygrad's multi-device Tensors split along one axis, over all
+  their devices. NB: the blocks go to the devices in the order of the device set, which need not be the order in
+  which JAX places them (a spec naming two mesh axes in reverse): the values are the same."""
+  if sharding is None:
+    return None
+  mesh, spec = sharding.mesh, sharding.spec
+  split = [(axis, math.prod(mesh.shape[name] for name in _names(entry)))
+           for axis, entry in enumerate(spec) if _names(entry)]
+  if len(split) != 1 or split[0][1] != n_devices or shape[split[0][0]] % n_devices:
+    return None
+  return split[0][0]
+
+
+def shard_map_shardings(jaxpr) -> list:
+  """For each input of a jaxpr, the NamedSharding by which a shard_map over a mesh of devices (pmap's) splits it,
+  where the input goes to one directly (or through jit calls); None for the others."""
+  found: dict = {}
+
+  def walk(inner, names):  # names: the inner jaxpr's variable -> the outer input's position
+    for eqn in inner.eqns:
+      if eqn.primitive.name == "shard_map" and isinstance(mesh := eqn.params["mesh"], jax.sharding.Mesh):
+        for var, spec in zip(eqn.invars, eqn.params["in_specs"]):
+          if not isinstance(var, Literal) and var in names:
+            found.setdefault(names[var], jax.sharding.NamedSharding(mesh, spec))
+      elif eqn.primitive.name == "jit":
+        called = eqn.params["jaxpr"].jaxpr
+        walk(called, {inner_var: names[var] for var, inner_var in zip(eqn.invars, called.invars)
+                      if not isinstance(var, Literal) and var in names})
+
+  walk(jaxpr, {var: i for i, var in enumerate(jaxpr.invars)})
+  return [found.get(i) for i in range(len(jaxpr.invars))]

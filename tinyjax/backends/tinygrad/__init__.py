@@ -11,7 +11,8 @@ import functools
 import time
 
 import numpy as np
-from tinygrad import Device, Tensor
+from tinygrad import Tensor
+from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad.machinery import depth, device, plan
 from tinyjax.backends.tinygrad.numerics import carried, rounding
@@ -21,10 +22,12 @@ from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills 
 from tinyjax.backends.tinygrad.machinery.amendments import amend, kernels_timed
 from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
 from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
+from tinyjax.backends.tinygrad.machinery.split import Splittable
 from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
 from tinyjax.ir import float64, profile
 from tinyjax.ir.backend import Backend, Compiled, Placement
+from tinyjax.ir.spmd import split_axis
 from tinyjax.ir.program import interpret, read_outputs
 
 locate_dawn()  # importing tinygrad opens no device: this is before its WEBGPU device looks for Dawn
@@ -50,31 +53,39 @@ class TinygradBackend(Backend):
 
   def __init__(self, device_name: str):
     self.tg_device, self.device = device.opened(device_name)
+    # over a device set (a mesh's devices, "CPU:0,CPU:1"): its Tensors are tinygrad's multi-device Tensors, split
+    # along one axis or copied on each device, and tinygrad runs each kernel on every device's block
+    self.spans_devices = isinstance(self.tg_device, tuple)
+    self.kind = (self.tg_device[0] if self.spans_devices else self.tg_device).partition(":")[0]
     # tinygrad settings its kernels are made under: EMULATED_DTYPES (from the probes), and DEV, the device of
     # tinygrad's own device-less constants (`const_like`). NB: without DEV, the first of those in a process makes
     # tinygrad choose its default device, which opens every runtime it knows (most of a warm start's time)
-    self.contexts: dict[str, str] = {"DEV": self.tg_device.partition(":")[0]}
+    self.contexts: dict[str, str] = {"DEV": self.kind}
     # False once this backend queued work (a copy in, a program's run: each buffer a Value holds comes from one)
     # that no synchronization has waited for since: a wait with nothing queued skips the device's synchronize,
     # which costs more than a small program's launch (4 us on the CPU device)
     self.idle = True
 
   # --- moving data
-  def put(self, host):
-    """A host array (any layout, read-only or not, 0-d or empty) as a buffer on this device.
+  def put(self, host, sharding=None):
+    """A host array (any layout, read-only or not, 0-d or empty) as a buffer on this device; over a device set,
+    split as `sharding` (a NamedSharding on the mesh of those devices) splits it, or copied on each device.
 
     NB: the copy reads the array through its buffer protocol: OpenCL's copy needs a writable one (a jax.Array's is
     read-only), and a 0-d array would become a constant with no buffer (it travels as 1 element)."""
     if profile.active is not None:
-      return self._transfer_recorded(profile.active, "put", self._put, host)
-    return self._put(host)
+      return self._transfer_recorded(profile.active, "put", functools.partial(self._put, sharding=sharding), host)
+    return self._put(host, sharding)
 
-  def _put(self, host):
+  def _put(self, host, sharding=None):
     host = np.require(host, requirements=["C", "W"])  # NB: np.ascontiguousarray makes a 0-d array 1-d
     if not self.supports_dtype(host.dtype):  # NB: the device cannot compute it: only XLA segments read it
       return host
     data = carried.to_pairs(host) if carried.is_complex(host.dtype) else host
     self.idle = False
+    if self.spans_devices:
+      axis = split_axis(sharding, host.shape, len(self.tg_device))
+      return device.split(data, self.tg_device, axis).realize()  # NB: none of OpenCL's copies are pending
     buffer = device.copied_in(data, self.tg_device).realize()
     device.release_copied_hosts(self.tg_device)
     return carried.PairBuffer(buffer, host.dtype) if data is not host else buffer
@@ -98,19 +109,22 @@ class TinygradBackend(Backend):
     if isinstance(buffer, np.ndarray):
       return moved
     if direction == "put":
-      Device[self.tg_device].synchronize()
+      device.synchronize(self.tg_device)
     recording.transfer(self.tg_device, direction, start, np.asarray(host))
     return moved
+
+  def is_split(self, buffer) -> bool:
+    return self.spans_devices and isinstance(buffer, Tensor) and buffer.uop.base.op is Ops.UNSHARD
 
   def wait(self, buffer):
     if not self.idle and not isinstance(buffer, np.ndarray):
       self.idle = True  # NB: before the synchronize: work another thread queues meanwhile makes it False again
-      Device[self.tg_device].synchronize()
+      device.synchronize(self.tg_device)
 
   def address(self, buffer):
     if isinstance(buffer, np.ndarray):  # NB: a dtype the device lacks stays on the host
       return buffer.ctypes.data
-    found = device.address(carried.unwrapped(buffer))
+    found = None if self.spans_devices else device.address(carried.unwrapped(buffer))
     return super().address(buffer) if found is None else found
 
   def const(self, c):
@@ -193,9 +207,16 @@ class TinygradBackend(Backend):
       return realized(outs, self.tg_device)
 
     planned = self.plan_of(program)
+    if self.spans_devices:  # NB: not captured by TinyJit (its replay launches kernels on one device)
+      return Splittable(run, lambda: self.first_device.runner(program), self.tg_device)
     if not planned.jittable:
       return run
     return Replayed(run, lazy, program, self.const, plain_runs=STEPPED_PLAIN_RUNS if planned.stepped else 1)
+
+  @functools.cached_property
+  def first_device(self) -> "TinygradBackend":
+    """Over a device set: the backend of its first device, which runs what tinygrad cannot split over the set."""
+    return TinygradBackend(self.tg_device[0])
 
   # --- compiling a flushed program
   def compile(self, program) -> Compiled:
@@ -205,6 +226,9 @@ class TinygradBackend(Backend):
     with profile.spanned("compile program", "program", backend=self.name, device=self.tg_device,
                          equations=len(program.eqns)):
       planned = self.plan_of(program)
-      runner = carried.at_boundary(self.runner(program), program)
+      inner = self.runner(program)
+      runner = carried.at_boundary(inner, program)
       rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
+    if isinstance(inner, Splittable):  # the report says whether it ran split or gathered
+      return Compiled(rescuable, lambda: inner.placement(rescuable.placement))
     return Compiled(rescuable, lambda: rescuable.placement)

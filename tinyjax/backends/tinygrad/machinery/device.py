@@ -31,9 +31,13 @@ def available_devices() -> list[Device]:
   return [Device("tinygrad", name) for name in TgDevice.get_available_devices()]
 
 
-def opened(device: str) -> tuple[str, Device]:
+def opened(device: str) -> tuple[str | tuple[str, ...], Device]:
   """(tinygrad's device name, tinyjax's Device) for a device string ("" for tinygrad's default), opened; raises
-  DeviceNotFoundError, naming the devices that work, if it cannot be."""
+  DeviceNotFoundError, naming the devices that work, if it cannot be. A comma-separated set ("CPU:0,CPU:1") is a
+  tuple of names: tinygrad's multi-device, over which Tensors are sharded."""
+  if "," in device:
+    names = tuple(opened(name)[0] for name in device.split(","))
+    return names, Device("tinygrad", ",".join(names))
   from tinygrad import Device as TgDevice
   requested = canonical(device) if device else None
   try:
@@ -49,6 +53,29 @@ def opened(device: str) -> tuple[str, Device]:
   return name, Device("tinygrad", requested or name)
 
 
+def instances(tg_device: str, numbers) -> str:
+  """The set of the device kind's instances of these numbers (CPU, [0, 1] -> "CPU:0,CPU:1"), as `opened` takes it."""
+  kind = tg_device.partition(":")[0]
+  return ",".join(f"{kind}:{i}" for i in numbers)
+
+
+def split(host: np.ndarray, tg_device: tuple, axis: int | None):
+  """A host array as a lazy Tensor over a device set: split into equal blocks along `axis`, one per device, or a
+  copy on each (None).
+
+  NB: a copy on each device is made of the array flattened: tinygrad 0.14's kernel that copies an array of two or
+  more dimensions to each WEBGPU device fails its own UOp verification (a RANGE of its weakint)."""
+  if axis is None:
+    return copied_in(host.reshape(-1), tg_device[0]).shard(tg_device).reshape(host.shape)
+  return copied_in(host, tg_device[0]).shard(tg_device, axis)
+
+
+def synchronize(tg_device) -> None:
+  from tinygrad import Device as TgDevice
+  for name in (tg_device,) if isinstance(tg_device, str) else tg_device:
+    TgDevice[name].synchronize()
+
+
 def copied_in(host: np.ndarray, tg_device: str):
   """A C-contiguous, writable host array as a lazy copy on the device."""
   from tinygrad import Tensor
@@ -62,7 +89,7 @@ def release_copied_hosts(tg_device: str) -> None:
   (ops_cl.py, pending_copyin): a loop that passes NumPy arrays to every call and reads no result would grow by an
   array a step. A synchronization every _PENDING_COPIES_KEPT copies frees them."""
   from tinygrad import Device as TgDevice
-  if len(getattr(TgDevice[tg_device], "pending_copyin", ())) > _PENDING_COPIES_KEPT:
+  if isinstance(tg_device, str) and len(getattr(TgDevice[tg_device], "pending_copyin", ())) > _PENDING_COPIES_KEPT:
     TgDevice[tg_device].synchronize()
 
 

@@ -24,14 +24,18 @@ from tinyjax.ir import profile
 _POOL_SLOTS = 2
 _POOLED_BYTES = 1 << 16
 
-def realized(outs: list, device: str) -> list:
+_REALIZED = (Ops.BUFFER, Ops.UNSHARD)
+
+
+def realized(outs: list, device) -> list:
   """Realize the outputs together; each becomes a buffer on `device` (or a view of one)."""
   tensors = [t for t in outs if isinstance(t, Tensor)]  # the others are host arrays of dtypes the device lacks
   if pending := [t for t in tensors if not t.uop.is_realized]:
     Tensor.realize(*pending)
   # NB: tinygrad folds constant results (jnp.ones) into CONSTs with no buffer and no device; a Value needs a buffer,
-  # on the backend's device (a plain clone would go to tinygrad's default device)
-  if folded := [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base.op is not Ops.BUFFER]:
+  # on the backend's device (a plain clone would go to tinygrad's default device). A Tensor split over devices is
+  # realized as UNSHARD of its blocks' buffer
+  if folded := [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop.base.op not in _REALIZED]:
     outs = list(outs)
     for i in folded:
       outs[i] = outs[i].clone(device=device)

@@ -1,0 +1,64 @@
+"""Programs over a device set (a mesh's devices): tinygrad's multi-device Tensors run each kernel on every device's
+block, a reduction over the split axis becoming tinygrad's allreduce. What tinygrad cannot split (a pad or a
+concatenation along the split axis, a cumulative sum along it: tinygrad 0.14's schedule/multi.py asserts) runs
+gathered: on the set's first device, its inputs gathered there and its outputs copied to every device.
+
+NB: the values are the same either way; only where the work runs differs, and the report says which.
+"""
+import dataclasses
+
+from tinygrad import Tensor
+
+from tinyjax.backends.tinygrad.machinery.replay import realized
+from tinyjax.ir.backend import Placement
+
+
+class Splittable:
+  """Runs `split_run` (the program over the device set) or, once it failed, the program on the first device (made by
+  `gathered_runner()`) on the inputs gathered there, its outputs copied back to every device of `devices`."""
+
+  def __init__(self, split_run, gathered_runner, devices: tuple):
+    self.split_run, self.gathered_runner, self.devices = split_run, gathered_runner, devices
+    self.gathered_run = None  # once gathered
+    self.why = ""  # why it runs gathered: tinygrad's message
+    self._placed = (None, None)  # ((id of the placement given, split), the placement returned)
+
+  def placement(self, placed: Placement) -> Placement:
+    """`placed` (what a run executes where), with where it ran: split over the set, or gathered and why."""
+    if placed.segments == ("xla",):  # rescued: XLA ran it
+      return placed
+    key = (id(placed), self.gathered_run is None)
+    if self._placed[0] != key:
+      names = ",".join(self.devices)
+      reason = (f"split over {names}" if self.gathered_run is None else
+                f"gathered on {self.devices[0]} from {names} (tinygrad does not split it: {self.why})")
+      self._placed = (key, dataclasses.replace(placed, reason=reason))
+    return self._placed[1]
+
+  def __call__(self, inputs):
+    if self.gathered_run is None:
+      try:
+        return _whole(self.split_run(inputs))
+      except Exception as error:  # noqa: BLE001  (tinygrad's multi-device rewrites assert; the gathered run is the plain one)
+        self.why = f"{type(error).__name__}: {str(error).partition(chr(10))[0]}"
+        self.gathered_run = self.gathered_runner()
+    # NB: the inputs gathered are realized first: a program built on the lazy gathers is one graph, which tinygrad's
+    # rewrite of the copies between devices may not finish
+    gathered = [t.to(self.devices[0]) if isinstance(t, Tensor) else t for t in inputs]
+    if tensors := [t for t in gathered if isinstance(t, Tensor)]:
+      Tensor.realize(*tensors)
+    outs = self.gathered_run(gathered)
+    return realized([t.to(self.devices) if isinstance(t, Tensor) else t for t in outs], self.devices)
+
+
+def _whole(outs: list) -> list:
+  """The outputs, each a buffer of its own: an output that is a view of one (a reshape) is copied. NB: tinygrad checks
+  a view of a split Tensor when it is used, not when it is made (a reshape that moves items between the blocks raises
+  at the read): a copy checks it now, while the program can still run gathered."""
+  views = [i for i, t in enumerate(outs) if isinstance(t, Tensor) and t.uop is not t.uop.base]
+  if views:
+    outs = list(outs)
+    for i in views:
+      outs[i] = outs[i].clone()
+    Tensor.realize(*(outs[i] for i in views))
+  return outs
