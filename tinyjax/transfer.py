@@ -15,12 +15,17 @@ def _is_array_like(x) -> bool:
 
 def device_put(x, device=None, sharding=None):
   """Put `x` (a pytree of arrays) on `device` (a tinyjax Device or a device string; the default device if None);
-  with a NamedSharding, Arrays of that sharding (their types name its explicit axes, as JAX's do).
+  with a NamedSharding (`sharding`, or in `device`'s place as JAX takes it), Arrays of that sharding (their types
+  name its explicit axes, as JAX's do), split over as many instances of the device as the mesh has devices where
+  the device has them (TINYJAX_SPLIT).
 
-  NB: computations still run on the backend in effect when they flush; the data is moved there if needed. Inside a
+  NB: computations still run on the backend in effect when they flush (on its instances where an input is split
+  over them); the data is moved there if needed. Inside a
   JAX transformation it is JAX's device_put (an identity there), with no device: tinyjax's are not JAX's. A sharding
   reduced or unreduced over mesh axes gives JAX's own arrays (its shards are parts of a sum, which JAX places).
   """
+  if isinstance(device, jax.sharding.NamedSharding):  # `jax.device_put(x, NamedSharding(mesh, P("d")))`, as JAX's
+    device, sharding = None, device
   if inside_transformation():
     return jax.device_put(x)
   if partial_over_a_mesh(sharding):

@@ -266,6 +266,13 @@ with tinyjax.default_device("CL:1"):
 buffer, = result._value.buffers.values()
 print(Device["CL"].count(), buffer.device, Device["CL:1"].cl_dev is not Device["CL"].cl_dev)
 np.save(sys.argv[1], np.asarray(result))
+# an array placed on a mesh of two of JAX's devices is split over the two CL devices, and so is the work on it
+import jax
+mesh = jax.make_mesh((2,), ("d",))
+with tinyjax.default_device("CL"):
+  ran = tinyjax.explain(lambda: np.save(sys.argv[2], np.asarray(jnp.sin(tinyjax.device_put(
+      x.reshape(4, 3), jax.NamedSharding(mesh, jax.P("d")))).sum(0))))()
+print("|".join(ran.choices))
 """
 
 
@@ -274,14 +281,16 @@ def test_every_cl_device_is_listed(tmp_path):
   opens the second, where tinyjax computes a program (its kernels compiled by that device's helper process): JAX's
   values."""
   import jax.numpy as jnp
-  script, out = tmp_path / "second_device.py", tmp_path / "result.npy"
+  script, out, split = tmp_path / "second_device.py", tmp_path / "result.npy", tmp_path / "split.npy"
   script.write_text(_ON_THE_SECOND_CL_DEVICE)
-  env = {**os.environ, "POCL_DEVICES": "pthread pthread", "TINYJAX_FALLBACK": "error"}
-  done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
+  env = {**os.environ, "POCL_DEVICES": "pthread pthread", "TINYJAX_FALLBACK": "error", "JAX_NUM_CPU_DEVICES": "2"}
+  done = subprocess.run([sys.executable, str(script), str(out), str(split)], env=env, capture_output=True, text=True,
+                        timeout=600)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout.split() == ["2", "CL:1", "True"], done.stdout
+  assert done.stdout.split("\n")[:2] == ["2 CL:1 True", "split over CL,CL:1"], done.stdout
   x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
   np.testing.assert_allclose(np.load(out), jnp.tanh(x) @ x.T + jnp.arange(3.0), rtol=2e-6, atol=1e-5)
+  np.testing.assert_allclose(np.load(split), jnp.sin(x.reshape(4, 3)).sum(0), rtol=2e-6)
 
 
 def test_cl_arguments_are_read_by_position():
