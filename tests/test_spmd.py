@@ -279,9 +279,10 @@ def test_an_eager_shard_map_prints_each_block_like_jax(capsys):
 
 # --- data-parallel training: the batch split over the mesh, the parameters replicated
 
-def _train(parallel: str, devices: int = 4, steps=3):
+def _train(parallel: str, devices: int = 4, steps=3, jit=jax.jit, device_put=jax.device_put):
   """Losses of a flax MLP trained with optax's adam, data-parallel: `jit` over a batch placed with
-  NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean."""
+  NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean. `jit` and `device_put`: JAX's, or
+  tinyjax's (the explicit API)."""
   class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
@@ -300,15 +301,15 @@ def _train(parallel: str, devices: int = 4, steps=3):
   if parallel == "jit":
     mesh = jax.make_mesh((devices,), ("data",))
     batch = jax.NamedSharding(mesh, P("data", None))
-    params, state = jax.device_put((params, state), jax.NamedSharding(mesh, P()))
+    params, state = device_put((params, state), jax.NamedSharding(mesh, P()))
 
-    @jax.jit
+    @jit
     def step(params, state, x, y):
       loss, grads = loss_and_grads(params, x, y)
       updates, state = opt.update(grads, state, params)
       return optax.apply_updates(params, updates), state, loss
     for _ in range(steps):
-      params, state, loss = step(params, state, jax.device_put(xs, batch), jax.device_put(ys, batch))
+      params, state, loss = step(params, state, device_put(xs, batch), device_put(ys, batch))
       losses.append(loss)
   else:
     @functools.partial(jax.pmap, axis_name="data")
@@ -352,6 +353,69 @@ def test_data_parallel_training_like_jax(parallel, devices):
   # each step ran split over the instances of the device, its batch split, where the device has them
   device_set = _device_set(devices)
   assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
+
+
+def test_data_parallel_training_with_the_explicit_api_like_jax():
+  expected = _train("jit")
+  with on_tinygrad():
+    actual, ran = _ran(lambda: _train("jit", jit=tinyjax.jit, device_put=tinyjax.device_put))
+  assert_like_jax(actual, expected, rtol=1e-5)
+  device_set = _device_set(4)
+  assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
+
+
+DATA_PARALLEL_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np, optax
+from flax import linen as nn
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+class MLP(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(1)(nn.relu(nn.Dense(16)(x)))
+
+model, opt = MLP(), optax.sgd(0.05)
+xs = np.random.default_rng(1).standard_normal((32, 8)).astype(np.float32)
+ys = np.cos(xs).sum(1, keepdims=True)
+mesh = jax.make_mesh((4,), ("data",))
+params = model.init(jax.random.key(1), xs[:1])
+params, state = jax.device_put((params, opt.init(params)), NamedSharding(mesh, P()))
+
+@jax.jit
+def step(params, state, x, y):
+  loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
+  updates, state = opt.update(grads, state, params)
+  return optax.apply_updates(params, updates), state, loss
+
+losses = []
+for _ in range(3):
+  params, state, loss = step(params, state, jax.device_put(xs, NamedSharding(mesh, P("data"))), ys)
+  losses.append(float(loss))
+print(repr(losses))
+"""
+
+
+def test_a_data_parallel_script_under_tinyjax_run_like_jax(tmp_path):
+  """A plain JAX script (a flax MLP trained data-parallel on a mesh of 4 of JAX's CPU devices) under `tinyjax run
+  --report` with TINYJAX_FALLBACK=error: JAX's losses, every equation on tinygrad, each step split."""
+  import ast
+  import os
+  import subprocess
+  import sys
+  script = tmp_path / "train.py"
+  script.write_text(DATA_PARALLEL_SCRIPT)
+  env = {**os.environ, "JAX_NUM_CPU_DEVICES": "4", "TINYJAX_FALLBACK": "error"}
+  jax_run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+  device = current_backend().device.name
+  ours = subprocess.run([sys.executable, "-m", "tinyjax.cli.main", "run", "--device", device, "--report", str(script)],
+                        env=env, capture_output=True, text=True, timeout=600)
+  assert jax_run.returncode == 0 and ours.returncode == 0, ours.stderr[-3000:]
+  np.testing.assert_allclose(ast.literal_eval(ours.stdout), ast.literal_eval(jax_run.stdout), rtol=1e-5)
+  assert "equation runs native (100.0%)" in ours.stderr, ours.stderr
+  device_set = _device_set(4)
+  if device_set:
+    assert f"split over {device_set}: 3 runs" in ours.stderr, ours.stderr
 
 
 def _split_programs():
