@@ -37,7 +37,8 @@ def rows() -> list[Row]:
     elif name in CALL_PARAMS:
       table.append(Row(name, "inlined", f"its `{CALL_PARAMS[name]}` is run in place"))
     elif name in COLLECTIVES:
-      table.append(Row(name, "collective", "inside shard_map and pmap, an operation over the shards side by side"))
+      table.append(Row(name, "collective", "inside shard_map and pmap, an operation over the shards side by side "
+                                           "(over shards split on devices: tinygrad's allreduce and copies)"))
     else:
       table.append(Row(name, "fallback", NOT_YET_NATIVE.get(name, "no rule and no reason given")))
   return table
