@@ -110,7 +110,7 @@ class TinygradBackend(Backend):
       return moved
     if direction == "put":
       device.synchronize(self.tg_device)
-    recording.transfer(self.tg_device, direction, start, np.asarray(host))
+    recording.transfer(self.device.name, direction, start, np.asarray(host))
     return moved
 
   def is_split(self, buffer) -> bool:
@@ -223,7 +223,7 @@ class TinygradBackend(Backend):
     if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
       return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
     # NB: tinygrad compiles the kernels at the program's first run: their compiles are in that run's span
-    with profile.spanned("compile program", "program", backend=self.name, device=self.tg_device,
+    with profile.spanned("compile program", "program", backend=self.name, device=self.device.name,
                          equations=len(program.eqns)):
       planned = self.plan_of(program)
       inner = self.runner(program)

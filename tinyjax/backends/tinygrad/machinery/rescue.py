@@ -72,7 +72,7 @@ class Rescuable:
     when no profile records."""
     self.in_recorded_run = True
     try:
-      with recording.span("run program", "program", backend=self.backend.name, device=self.backend.tg_device,
+      with recording.span("run program", "program", backend=self.backend.name, device=self.backend.device.name,
                           equations=len(self.program.eqns), on_xla=self.on_xla is not None):
         return self(inputs)
     finally:
