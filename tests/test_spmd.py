@@ -425,7 +425,9 @@ def _split_programs():
   edges = np.where(np.abs(EDGES) == np.float32(1e-45), np.float32(2.5), EDGES)  # NB: XLA flushes denormals
   x = jax.device_put(edges.reshape(4, 2) * np.float32([[1], [-2], [3], [0.5]]), jax.NamedSharding(LINE, P("i")))
   ints = jax.device_put(INTS[:4], jax.NamedSharding(LINE, P("i")))
-  programs = {"padded": lambda: jnp.pad(x, ((1, 1), (0, 0))), "cumsum": lambda: jnp.cumsum(x, axis=0),
+  # NB: a 16-bit float the device's compiler lacks (bfloat16 under clang before 17): split by an emulated kernel
+  halves = jax.device_put(X[:4].astype(jnp.bfloat16), jax.NamedSharding(LINE, P("i")))
+  programs = {"bfloat16": lambda: halves * 3, "padded": lambda: jnp.pad(x, ((1, 1), (0, 0))), "cumsum": lambda: jnp.cumsum(x, axis=0),
               "rows across blocks": lambda: x[jnp.array([3, 0, -1, 7])], "sum": lambda: x.sum(0),
               "ints wrap": lambda: ints.sum(0), "elementwise": lambda: jnp.sin(x) * 2, "product": lambda: x @ x.T}
   return {name: jax.block_until_ready(program()) for name, program in programs.items()}  # one program each

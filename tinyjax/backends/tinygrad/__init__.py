@@ -19,7 +19,7 @@ from tinyjax.backends.tinygrad.numerics import carried, rounding
 from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills the rule table)
   complexmath, contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, shape, sorting,
   special)
-from tinyjax.backends.tinygrad.machinery.amendments import amend, kernels_timed
+from tinyjax.backends.tinygrad.machinery.amendments import amend, kernel_context, kernels_timed
 from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
 from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
 from tinyjax.backends.tinygrad.machinery.split import Splittable
@@ -83,9 +83,9 @@ class TinygradBackend(Backend):
       return host
     data = carried.to_pairs(host) if carried.is_complex(host.dtype) else host
     self.idle = False
-    if self.spans_devices:
-      axis = split_axis(sharding, host.shape, len(self.tg_device))
-      return device.split(data, self.tg_device, axis).realize()  # NB: none of OpenCL's copies are pending
+    if self.spans_devices:  # NB: the split is a kernel on each device, made as a program's kernels are
+      with kernel_context(**self.contexts):
+        return device.split(data, self.tg_device, split_axis(sharding, host.shape, len(self.tg_device))).realize()
     buffer = device.copied_in(data, self.tg_device).realize()
     device.release_copied_hosts(self.tg_device)
     return carried.PairBuffer(buffer, host.dtype) if data is not host else buffer
