@@ -213,6 +213,16 @@ def test_nested_loops():
   check_traced(fn, X)
 
 
+def test_a_long_lax_map_inside_a_short_one():
+  """pmap_test's testPmapMapVmapCombinations: each step of a short (lazy) outer map runs a long inner map, replayed
+  by TinyJits that the first outer step captured; the outer step's row of `ys` (row 0: a view of `ys`' buffer) is an
+  input of theirs, which the later outer steps' replays must read (they gave zeros)."""
+  xs = RNG.standard_normal((control_flow.SCAN_UNROLLED + 8, 5)).astype(np.float32)
+  ys = RNG.standard_normal((5, 5)).astype(np.float32)
+  check_traced(lambda xs, ys: lax.map(lambda b: lax.map(lambda row: jnp.dot(row, b), xs), ys), xs, ys, rtol=1e-5,
+               atol=1e-6)
+
+
 def triangular_recurrence(n, a):
   """sqrtm's recurrence (jax.scipy.linalg's _sqrtm_triu) over n columns of `a`, the constant TABLE closed over: three
   nested loops, the inner two with bounds known only at run time; a value carried twice (the same buffer) and one
