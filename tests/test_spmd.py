@@ -279,10 +279,11 @@ def test_an_eager_shard_map_prints_each_block_like_jax(capsys):
 
 # --- data-parallel training: the batch split over the mesh, the parameters replicated
 
-def _train(parallel: str, devices: int = 4, steps=3, jit=jax.jit, device_put=jax.device_put):
+def _train(parallel: str, devices: int = 4, steps=3, jit=None, device_put=None):
   """Losses of a flax MLP trained with optax's adam, data-parallel: `jit` over a batch placed with
-  NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean. `jit` and `device_put`: JAX's, or
-  tinyjax's (the explicit API)."""
+  NamedSharding(mesh, P("data", None)), or `pmap` with the gradients' pmean. `jit` and `device_put`: tinyjax's (the
+  explicit API), or JAX's as they are at the call (patched or not)."""
+  jit, device_put = jit or jax.jit, device_put or jax.device_put
   class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):

@@ -22,7 +22,7 @@ from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills 
 from tinyjax.backends.tinygrad.machinery.amendments import amend, kernel_context, kernels_timed
 from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
 from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
-from tinyjax.backends.tinygrad.machinery.split import Splittable
+from tinyjax.backends.tinygrad.machinery.split import SplitReplay, Splittable
 from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
 from tinyjax.ir import float64, profile
@@ -207,8 +207,9 @@ class TinygradBackend(Backend):
       return realized(outs, self.tg_device)
 
     planned = self.plan_of(program)
-    if self.spans_devices:  # NB: not captured by TinyJit (its replay launches kernels on one device)
-      return Splittable(run, lambda: self.first_device.runner(program), self.tg_device)
+    if self.spans_devices:
+      split = SplitReplay(run, lazy, program, self.const, self.tg_device) if planned.jittable and not planned.stepped else run
+      return Splittable(split, lambda: self.first_device.runner(program), self.tg_device)
     if not planned.jittable:
       return run
     return Replayed(run, lazy, program, self.const, plain_runs=STEPPED_PLAIN_RUNS if planned.stepped else 1)

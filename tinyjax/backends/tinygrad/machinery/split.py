@@ -7,10 +7,47 @@ NB: the values are the same either way; only where the work runs differs, and th
 """
 import dataclasses
 
-from tinygrad import Tensor
+from tinygrad import Tensor, TinyJit
+from tinygrad.engine.jit import JitError
 
 from tinyjax.backends.tinygrad.machinery.replay import realized
 from tinyjax.ir.backend import Placement
+
+
+class SplitReplay:
+  """A wholly native program over a device set: run plainly first, captured by TinyJit on its second run and replayed
+  by TinyJit after that (tinygrad's own replay, which launches each kernel on every device of the set: tinyjax's
+  launcher, replay.Replayed, launches kernels of one device). NB: TinyJit writes the same output buffers at every
+  replay: the computed outputs are copied out of them."""
+
+  def __init__(self, run, lazy, program, const, devices: tuple):
+    self.run, self.lazy, self.program, self.const, self.devices = run, lazy, program, const, devices
+    self.n_inputs = len(program.in_avals)
+    self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
+    self.jit = TinyJit(self._computed_outputs) if self.computed else None
+    self.calls = 0
+
+  def _computed_outputs(self, *inputs):
+    outs = self.lazy(list(inputs))
+    return tuple(outs[i].contiguous() for i in self.computed)
+
+  def __call__(self, inputs):
+    self.calls += 1
+    if self.jit is None or self.calls == 1:
+      return self.run(inputs)
+    if self.jit.cnt == 0:
+      self.jit.cnt = 1  # NB: the first run did TinyJit's one-time work: its second call captures (as Replayed's)
+    try:
+      computed = self.jit(*inputs)
+    except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
+      self.jit = None
+      return self.run(inputs)
+    copies = [t.clone() for t in computed]
+    outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
+            for a in self.program.outputs]
+    for i, copy in zip(self.computed, copies):
+      outs[i] = copy
+    return realized(outs, self.devices)
 
 
 class Splittable:
@@ -22,6 +59,7 @@ class Splittable:
     self.gathered_run = None  # once gathered
     self.why = ""  # why it runs gathered: tinygrad's message
     self._placed = (None, None)  # ((id of the placement given, split), the placement returned)
+    self.checked = False  # a split run's outputs were checked whole (_whole)
 
   def placement(self, placed: Placement) -> Placement:
     """`placed` (what a run executes where), with where it ran: split over the set, or gathered and why."""
@@ -38,7 +76,11 @@ class Splittable:
   def __call__(self, inputs):
     if self.gathered_run is None:
       try:
-        return _whole(self.split_run(inputs))
+        if self.checked:  # NB: a program's outputs are the same views at every run: the first run's copy checks them
+          return self.split_run(inputs)
+        outs = _whole(self.split_run(inputs))
+        self.checked = True
+        return outs
       except Exception as error:  # noqa: BLE001  (tinygrad's multi-device rewrites assert; the gathered run is the plain one)
         self.why = f"{type(error).__name__}: {str(error).partition(chr(10))[0]}"
         self.gathered_run = self.gathered_runner()
