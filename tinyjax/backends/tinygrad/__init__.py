@@ -208,7 +208,8 @@ class TinygradBackend(Backend):
 
     planned = self.plan_of(program)
     if self.spans_devices:
-      split = SplitReplay(run, lazy, program, self.const, self.tg_device) if planned.jittable and not planned.stepped else run
+      replayable = planned.jittable and not planned.stepped
+      split = SplitReplay(run, lazy, program, self.const, self.tg_device) if replayable else run
       return Splittable(split, lambda: self.first_device.runner(program), self.tg_device)
     if not planned.jittable:
       return run
