@@ -447,6 +447,22 @@ def test_what_tinygrad_cannot_split_runs_gathered_like_jax():
   assert ways == {f"split over {device_set}", f"gathered on {device_set.partition(',')[0]} from {device_set}"}, str(ran)
 
 
+def _gathered_calls():
+  """A jitted shard_map whose result is its split input gathered (a view of it, to tinygrad), called on new inputs:
+  from the third call on, a split program is replayed by TinyJit."""
+  f = jax.jit(smap(lambda v: lax.all_gather(v, "i", tiled=True, to="invarying"), LINE, P("i"), P()))
+  return [f(X[:, 0] * k) for k in (1.0, -2.0, 0.5, 3.0)]
+
+
+def test_a_replayed_split_program_reads_its_new_inputs():
+  expected = _gathered_calls()
+  with tinyjax.patch(), on_tinygrad():
+    actual, ran = _ran(_gathered_calls)
+  assert_like_jax(actual, expected)
+  device_set = _device_set(4)
+  assert dict(ran.choices) == ({f"split over {device_set}": 4} if device_set else {}), str(ran)
+
+
 def test_split_can_be_turned_off():
   tinyjax.config.update("split", "0")
   with tinyjax.patch(), on_tinygrad():

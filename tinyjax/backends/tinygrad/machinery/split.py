@@ -28,8 +28,10 @@ class SplitReplay:
     self.calls = 0
 
   def _computed_outputs(self, *inputs):
+    # NB: copies (clone), not contiguous(): contiguous() of an input's view (an all_gather of a split input) is that
+    # view of the capture's input, which TinyJit's replays would hand back unchanged
     outs = self.lazy(list(inputs))
-    return tuple(outs[i].contiguous() for i in self.computed)
+    return tuple(outs[i].clone() for i in self.computed)
 
   def __call__(self, inputs):
     self.calls += 1
