@@ -1,6 +1,7 @@
 """pmap and shard_map under patch mode against JAX on a mesh of its CPU devices (conftest asks JAX for 8): the body runs
 on tinygrad over the shards side by side (tinyjax/ir/spmd.py), every equation native, with JAX's shapes, dtypes,
 weak types and values, edge values included."""
+import contextlib
 import functools
 
 import jax
@@ -338,30 +339,27 @@ def _device_set(n: int) -> str | None:
   return ",".join([kind, *(f"{kind}:{i}" for i in range(1, n))])
 
 
-def _ran(fn):
-  """(fn(), the report of what it ran where)."""
+def _ran_like_jax(fn, expected, patched=True, devices=4, rtol=None):
+  """The report of fn()'s run on tinygrad (under patch mode, or as it is), once its results were found like
+  `expected`, and tinygrad's names of `devices` instances of the device (None where it does not open them)."""
   out = []
-  report = tinyjax.explain(lambda: out.append(fn()))()
-  return out[0], report
+  with tinyjax.patch() if patched else contextlib.nullcontext(), on_tinygrad():
+    report = tinyjax.explain(lambda: out.append(fn()))()
+  assert_like_jax(out[0], expected, rtol=rtol)
+  return report, _device_set(devices)
 
 
 @pytest.mark.parametrize("parallel, devices", [("jit", 4), ("jit", 2), ("pmap", 4)])
 def test_data_parallel_training_like_jax(parallel, devices):
-  expected = _train(parallel, devices)
-  with tinyjax.patch(), on_tinygrad():
-    actual, ran = _ran(lambda: _train(parallel, devices))
-  assert_like_jax(actual, expected, rtol=1e-5)
+  ran, device_set = _ran_like_jax(lambda: _train(parallel, devices), _train(parallel, devices), devices=devices,
+                                  rtol=1e-5)
   # each step ran split over the instances of the device, its batch split, where the device has them
-  device_set = _device_set(devices)
   assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
 
 
 def test_data_parallel_training_with_the_explicit_api_like_jax():
-  expected = _train("jit")
-  with on_tinygrad():
-    actual, ran = _ran(lambda: _train("jit", jit=tinyjax.jit, device_put=tinyjax.device_put))
-  assert_like_jax(actual, expected, rtol=1e-5)
-  device_set = _device_set(4)
+  ran, device_set = _ran_like_jax(lambda: _train("jit", jit=tinyjax.jit, device_put=tinyjax.device_put), _train("jit"),
+                                  patched=False, rtol=1e-5)
   assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
 
 
@@ -428,18 +426,15 @@ def _split_programs():
   ints = jax.device_put(INTS[:4], jax.NamedSharding(LINE, P("i")))
   # NB: a 16-bit float the device's compiler lacks (bfloat16 under clang before 17): split by an emulated kernel
   halves = jax.device_put(X[:4].astype(jnp.bfloat16), jax.NamedSharding(LINE, P("i")))
-  programs = {"bfloat16": lambda: halves * 3, "padded": lambda: jnp.pad(x, ((1, 1), (0, 0))), "cumsum": lambda: jnp.cumsum(x, axis=0),
-              "rows across blocks": lambda: x[jnp.array([3, 0, -1, 7])], "sum": lambda: x.sum(0),
+  programs = {"bfloat16": lambda: halves * 3, "padded": lambda: jnp.pad(x, ((1, 1), (0, 0))),
+              "cumsum": lambda: jnp.cumsum(x, axis=0), "rows across blocks": lambda: x[jnp.array([3, 0, -1, 7])],
+              "sum": lambda: x.sum(0),
               "ints wrap": lambda: ints.sum(0), "elementwise": lambda: jnp.sin(x) * 2, "product": lambda: x @ x.T}
   return {name: jax.block_until_ready(program()) for name, program in programs.items()}  # one program each
 
 
 def test_what_tinygrad_cannot_split_runs_gathered_like_jax():
-  expected = _split_programs()
-  with tinyjax.patch(), on_tinygrad():
-    actual, ran = _ran(_split_programs)
-  assert_like_jax(actual, expected)
-  device_set = _device_set(4)
+  ran, device_set = _ran_like_jax(_split_programs, _split_programs())
   if device_set is None:
     assert not ran.choices
     return
@@ -455,17 +450,11 @@ def _gathered_calls():
 
 
 def test_a_replayed_split_program_reads_its_new_inputs():
-  expected = _gathered_calls()
-  with tinyjax.patch(), on_tinygrad():
-    actual, ran = _ran(_gathered_calls)
-  assert_like_jax(actual, expected)
-  device_set = _device_set(4)
+  ran, device_set = _ran_like_jax(_gathered_calls, _gathered_calls())
   assert dict(ran.choices) == ({f"split over {device_set}": 4} if device_set else {}), str(ran)
 
 
 def test_split_can_be_turned_off():
   tinyjax.config.update("split", "0")
-  with tinyjax.patch(), on_tinygrad():
-    actual, ran = _ran(_split_programs)
-  assert_like_jax(actual, _split_programs())
+  ran, _ = _ran_like_jax(_split_programs, _split_programs())
   assert not ran.choices

@@ -83,7 +83,7 @@ class Splittable:
         outs = _whole(self.split_run(inputs))
         self.checked = True
         return outs
-      except Exception as error:  # noqa: BLE001  (tinygrad's multi-device rewrites assert; the gathered run is the plain one)
+      except Exception as error:  # noqa: BLE001  (tinygrad's multi-device rewrites assert; gathered is the plain run)
         self.why = f"{type(error).__name__}: {str(error).partition(chr(10))[0]}"
         self.gathered_run = self.gathered_runner()
     # NB: the inputs gathered are realized first: a program built on the lazy gathers is one graph, which tinygrad's
