@@ -21,7 +21,10 @@ def _free_port() -> int:
 def _two_processes(command: list) -> list:
   """Both processes' CompletedProcess, started together."""
   port = _free_port()
-  env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+  # block-buffered stdout: PYTHONUNBUFFERED makes each piece of a print its own write, which gloo's lines, written
+  # from its own threads, can split (CI saw "devices" lost so); a buffer's one write to a pipe stays whole
+  env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "JAX_NUM_CPU_DEVICES": "2",
+         "JAX_PLATFORMS": "cpu"}
   started = [subprocess.Popen([*command, PROGRAM, str(i), str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for i in range(2)]
   done = []
@@ -32,8 +35,8 @@ def _two_processes(command: list) -> list:
 
 
 def _printed(stdout: str) -> list:
-  """The program's lines. Gloo prints its connections to the same stdout from C++ in pieces, which can land inside
-  the program's lines; each line the program prints starts with a word of its own and is written whole."""
+  """The program's lines, among gloo's own (it prints its connections to the same stdout); each line the program prints
+  starts with a word of its own."""
   return re.findall(r"(?:devices|psum|own) .*", stdout)
 
 
