@@ -442,6 +442,27 @@ def test_what_tinygrad_cannot_split_runs_gathered_like_jax():
   assert ways == {f"split over {device_set}", f"gathered on {device_set.partition(',')[0]} from {device_set}"}, str(ran)
 
 
+def _unsplit_programs():
+  """Arrays on a mesh of 4 devices that tinygrad 0.14 cannot split as JAX does (two dimensions split, one split over
+  2 of the 4 devices), and work on them and on a split array together, edge values included."""
+  square = _mesh((2, 2), ("a", "b"))
+  two_d = jax.device_put(X[:4], jax.NamedSharding(square, P("a", "b")))
+  half = jax.device_put(EDGES.reshape(2, 4), jax.NamedSharding(square, P("a")))
+  split = jax.device_put(X[:4], jax.NamedSharding(square, P(("a", "b"))))
+  return {"two dimensions": jax.block_until_ready(jnp.sin(two_d) * 2 + split),
+          "half": jax.block_until_ready((half * 3).sum(0))}
+
+
+def test_what_tinygrad_cannot_split_is_placed_whole_like_jax():
+  ran, device_set = _ran_like_jax(_unsplit_programs, _unsplit_programs())
+  if device_set is None:
+    assert not ran.copies
+    return
+  whys = {"P('a', 'b') splits 2 dimensions", "P('a',) splits over 2 of the mesh's 4 devices"}
+  assert dict(ran.copies) == {f"placed whole on each of {device_set}, not split ({why}; tinygrad splits one "
+                              "dimension evenly over all the devices)": 1 for why in whys}, str(ran)
+
+
 def _gathered_calls():
   """A jitted shard_map whose result is its split input gathered (a view of it, to tinygrad), called on new inputs:
   from the third call on, a split program is replayed by TinyJit."""

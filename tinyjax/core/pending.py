@@ -22,6 +22,7 @@ from tinyjax.choosing.selection import current_choice, still_chosen
 from tinyjax.core import report
 from tinyjax.ir import profile, show
 from tinyjax.ir.program import Builder
+from tinyjax.ir.spmd import not_split_because
 
 
 class Value:
@@ -50,6 +51,9 @@ class Value:
     placed = Value(aval or self.aval, host=self.to_host())
     placed.buffers = {backend: backend.put(placed.host, sharding) if backend.spans_devices
                       else placed.buffer_on(backend)}
+    if backend.spans_devices and (why := not_split_because(sharding, sharding.mesh.size)):
+      report.record_copy(f"placed whole on each of {backend.device.name}, not split ({why}; tinygrad splits one "
+                         "dimension evenly over all the devices)")
     return placed
 
   def to_host(self) -> np.ndarray:

@@ -21,6 +21,7 @@ class Report:
   eager: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fn -> calls
   runs_by_jax: int = 0  # the equation runs of those calls (in the XLA column and the native share's total)
   _choices: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> runs
+  copies: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # why not split -> arrays
   # NB: a run is counted by its placement, and the counts above are brought up to date when read: adding a
   # placement's counters at every run cost 2 us of a jitted call's dispatch. id(placement) -> [placement, runs]
   _runs: dict = dataclasses.field(default_factory=dict)
@@ -75,6 +76,8 @@ class Report:
         lines.append("  " + prim.ljust(width) + "".join(str(self.primitives[b, prim]).rjust(10) for b in backends))
     for reason, runs in sorted(self.choices.items()):
       lines.append(f"{reason}: {runs} runs")
+    for reason, arrays in sorted(self.copies.items()):
+      lines.append(f"{reason}: {arrays} arrays")
     native, total = self.native_share
     if total:
       lines.append(f"{native} of {total} equation runs native ({100 * native / total:.1f}%), the rest on XLA")
@@ -102,6 +105,12 @@ def record_run(placement) -> None:
 def record_compile() -> None:
   for report in _reports():
     report.compiles += 1
+
+
+def record_copy(reason: str) -> None:
+  """An array placed on a mesh as a copy on each of its devices, where JAX splits it: why."""
+  for report in _reports():
+    report.copies[reason] += 1
 
 
 def record_eager(name: str, primitives: list[str]) -> None:

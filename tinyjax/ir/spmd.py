@@ -330,20 +330,35 @@ UNSTACKED = {"ragged_all_to_all", "psend", "precv", "all_gather_reduced", "unred
              "unreduced_psum", "preduced", "vary_unreduced_cast_p", "pgather"}
 
 
-def split_axis(sharding, shape: tuple, n_devices: int) -> int | None:
-  """The axis along which an array of `shape` placed with `sharding` (a NamedSharding) is split into equal blocks over
-  all `n_devices` devices of its mesh; None where it is not split so (no sharding, replicated, split over some of the
-  mesh's axes only or along two axes, or unevenly): tinygrad's multi-device Tensors split along one axis, over all
-  their devices. NB: the blocks go to the devices in the order of the device set, which need not be the order in
-  which JAX places them (a spec naming two mesh axes in reverse): the values are the same."""
+def split_axis(sharding, n_devices: int) -> int | None:
+  """The axis along which an array placed with `sharding` (a NamedSharding) is split into equal blocks over
+  all `n_devices` devices of its mesh; None where it is not split so (no sharding, replicated, or not_split_because
+  says why): tinygrad's multi-device Tensors split along one axis, over all their devices. NB: the blocks go to the
+  devices in the order of the device set, which need not be the order in which JAX places them (a spec naming two
+  mesh axes in reverse): the values are the same."""
+  split = _split_dimensions(sharding)
+  return split[0][0] if split and not not_split_because(sharding, n_devices) else None
+
+
+def not_split_because(sharding, n_devices: int) -> str | None:
+  """Why an array that `sharding` partitions is not split over the `n_devices` devices of its mesh (so a
+  copy of it is on each: tinygrad splits one axis into equal blocks over all the devices); None where it is split,
+  or where the sharding partitions nothing (a copy on each device is what JAX places too)."""
+  split = _split_dimensions(sharding)
+  if len(split) > 1:
+    return f"{sharding.spec} splits {len(split)} dimensions"
+  if split and split[0][1] != n_devices:
+    return f"{sharding.spec} splits over {split[0][1]} of the mesh's {n_devices} devices"
+  return None  # NB: JAX refuses a sharding whose blocks do not divide the shape before anything is placed
+
+
+def _split_dimensions(sharding) -> list:
+  """(dimension, number of blocks) for each dimension that a NamedSharding splits."""
   if sharding is None:
-    return None
-  mesh, spec = sharding.mesh, sharding.spec
-  split = [(axis, math.prod(mesh.shape[name] for name in _names(entry)))
-           for axis, entry in enumerate(spec) if _names(entry)]
-  if len(split) != 1 or split[0][1] != n_devices or shape[split[0][0]] % n_devices:
-    return None
-  return split[0][0]
+    return []
+  mesh = sharding.mesh
+  return [(axis, math.prod(mesh.shape[name] for name in _names(entry)))
+          for axis, entry in enumerate(sharding.spec) if _names(entry)]
 
 
 def shard_map_shardings(jaxpr) -> list:
