@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 from tinygrad import Tensor
-from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad.machinery import depth, device, plan
 from tinyjax.backends.tinygrad.numerics import carried, rounding
@@ -22,7 +21,7 @@ from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills 
 from tinyjax.backends.tinygrad.machinery.amendments import amend, kernel_context, kernels_timed
 from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
 from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
-from tinyjax.backends.tinygrad.machinery.split import SplitReplay, Splittable
+from tinyjax.backends.tinygrad.machinery.split import SplitReplay, Splittable, is_split
 from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
 from tinyjax.ir import float64, profile
@@ -114,7 +113,7 @@ class TinygradBackend(Backend):
     return moved
 
   def is_split(self, buffer) -> bool:
-    return self.spans_devices and isinstance(buffer, Tensor) and buffer.uop.base.op is Ops.UNSHARD
+    return self.spans_devices and is_split(buffer)
 
   def wait(self, buffer):
     if not self.idle and not isinstance(buffer, np.ndarray):

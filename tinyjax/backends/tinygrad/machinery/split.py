@@ -9,6 +9,7 @@ import dataclasses
 
 from tinygrad import Tensor, TinyJit
 from tinygrad.engine.jit import JitError
+from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad.machinery.replay import realized
 from tinyjax.ir.backend import Placement
@@ -17,39 +18,58 @@ from tinyjax.ir.backend import Placement
 class SplitReplay:
   """A wholly native program over a device set: run plainly first, captured by TinyJit on its second run and replayed
   by TinyJit after that (tinygrad's own replay, which launches each kernel on every device of the set: tinyjax's
-  launcher, replay.Replayed, launches kernels of one device). NB: TinyJit writes the same output buffers at every
-  replay: the computed outputs are copied out of them."""
+  launcher, replay.Replayed, launches kernels of one device). As in Replayed, the computed outputs are inputs of the
+  capture, each assigned into a buffer passed in (split as the first run's output was), so that every replay writes
+  them into fresh buffers. NB: TinyJit's own outputs are the same buffers at every replay."""
 
   def __init__(self, run, lazy, program, const, devices: tuple):
     self.run, self.lazy, self.program, self.const, self.devices = run, lazy, program, const, devices
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
-    self.jit = TinyJit(self._computed_outputs) if self.computed else None
+    self.jit = TinyJit(self._assign_outputs) if self.computed else None
+    self.targets: list[tuple] = []  # (shape, dtype, split axis or None) of each computed output
     self.calls = 0
 
-  def _computed_outputs(self, *inputs):
-    # NB: copies (clone), not contiguous(): contiguous() of an input's view (an all_gather of a split input) is that
-    # view of the capture's input, which TinyJit's replays would hand back unchanged
-    outs = self.lazy(list(inputs))
-    return tuple(outs[i].clone() for i in self.computed)
+  def _assign_outputs(self, *buffers):
+    outs = self.lazy(list(buffers[:self.n_inputs]))
+    return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.computed))
+
+  def _fresh_target(self, shape, dtype, axis) -> Tensor:
+    """An output buffer over the device set: a block on each device, or a copy on each where `axis` is None."""
+    block = tuple(n // len(self.devices) if d == axis else n for d, n in enumerate(shape))
+    blocks = Tensor.empty(*block, dtype=dtype, device=self.devices)
+    for buffer in blocks.uop.buffer.bufs:  # NB: TinyJit takes only allocated buffers for inputs (else: constants)
+      buffer.ensure_allocated()
+    return blocks if axis is None else Tensor(blocks.uop.unshard(axis))
 
   def __call__(self, inputs):
     self.calls += 1
     if self.jit is None or self.calls == 1:
-      return self.run(inputs)
+      outs = self.run(inputs)
+      computed = [outs[i] for i in self.computed]
+      if self.jit is not None and all(isinstance(t, Tensor) and t.numel() for t in computed):
+        self.targets = [(t.shape, t.dtype, t.uop.axis) for t in computed]
+      else:  # nothing to capture, or an output with no buffer to write (empty, or a host array): runs plainly
+        self.jit = None
+      return outs
     if self.jit.cnt == 0:
       self.jit.cnt = 1  # NB: the first run did TinyJit's one-time work: its second call captures (as Replayed's)
+    targets = [self._fresh_target(*target) for target in self.targets]
     try:
-      computed = self.jit(*inputs)
+      self.jit(*inputs, *targets)  # NB: what it returns are the capture's tensors: the targets hold this run's
     except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
       self.jit = None
       return self.run(inputs)
-    copies = [t.clone() for t in computed]
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
             for a in self.program.outputs]
-    for i, copy in zip(self.computed, copies):
-      outs[i] = copy
+    for i, target in zip(self.computed, targets):
+      outs[i] = target
     return realized(outs, self.devices)
+
+
+def is_split(buffer) -> bool:
+  """Whether a buffer over a device set is split over it (not a copy on each device)."""
+  return isinstance(buffer, Tensor) and buffer.uop.base.op is Ops.UNSHARD
 
 
 class Splittable:
