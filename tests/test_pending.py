@@ -46,10 +46,10 @@ TRIGGERS = {
 @pytest.mark.parametrize("trigger", TRIGGERS)
 def test_reading_a_value_flushes(trigger):
   x = tnp.asarray(np.float32(1.5)) * 3
-  assert x._value.pending
+  assert not x.is_ready()
   flushes = tinyjax.report().flushes
   TRIGGERS[trigger](x)
-  assert not x._value.pending
+  assert x.is_ready()
   assert tinyjax.report().flushes == flushes + 1
   assert_like_jax(x, jnp.asarray(np.float32(1.5)) * 3)
 
@@ -59,7 +59,7 @@ def test_metadata_and_new_calls_do_not_flush():
   x = tnp.ones((2, 3)) * 2
   y = (x + 1).sum(axis=0).reshape(3, 1).T
   assert (y.shape, y.dtype, y.ndim, y.size, y.weak_type, len(y)) == ((1, 3), np.float32, 2, 3, False, 1)
-  assert tinyjax.report().flushes == flushes and y._value.pending
+  assert tinyjax.report().flushes == flushes and not y.is_ready()
   assert_like_jax(y, ((jnp.ones((2, 3)) * 2 + 1).sum(axis=0).reshape(3, 1).T))
 
 
@@ -75,7 +75,7 @@ def test_buffer_limit_flushes_a_growing_buffer(monkeypatch, how):
   for _ in range(30):
     x = x + 1
   assert tinyjax.report().flushes >= flushes + 2  # flushed without anyone reading
-  assert not first._value.pending
+  assert first.is_ready()
   arrays, equations = pending.queued()
   assert arrays <= 12 and equations <= 11
   assert_like_jax(x, jnp.zeros(4) + 31)
@@ -89,7 +89,7 @@ def test_a_changed_buffer_limit_holds_from_the_next_call(monkeypatch):
   assert pending.queued()[1] >= 21
   monkeypatch.setenv("TINYJAX_BUFFER_LIMIT", "5")
   x = x + 1  # past the new bound: flushed at this call
-  assert pending.queued()[1] == 0 and not x._value.pending
+  assert pending.queued()[1] == 0 and x.is_ready()
   for _ in range(8):
     x = x + 1
   assert pending.queued()[1] <= 6
@@ -115,7 +115,7 @@ def test_one_flush_computes_every_live_pending_value():
   flushes = tinyjax.report().flushes
   np.asarray(a)  # reading one...
   assert tinyjax.report().flushes == flushes + 1
-  assert not (a._value.pending or b._value.pending or c._value.pending)  # ...computed them all
+  assert a.is_ready() and b.is_ready() and c.is_ready()  # ...computed them all
   assert_like_jax([a, b, c], [jnp.arange(6.0) * 2, jnp.arange(6.0) + 1, jnp.sin(jnp.arange(6.0))])
   assert tinyjax.report().flushes == flushes + 1
 
@@ -123,7 +123,7 @@ def test_one_flush_computes_every_live_pending_value():
 def test_explicit_flush():
   a = tnp.arange(3) * 3
   tinyjax.flush()
-  assert not a._value.pending
+  assert a.is_ready()
   flushes = tinyjax.report().flushes
   tinyjax.flush()  # nothing pending: nothing runs
   assert tinyjax.report().flushes == flushes
@@ -422,7 +422,7 @@ def test_a_value_no_tracked_array_holds_survives_a_cut():
   for _ in range(12):
     expected_z = jnp.sin(expected_z) + 1
   assert_like_jax(z, expected_z)
-  assert held._value.pending  # computed inside the chunk, never stored
+  assert not held.is_ready()  # computed inside the chunk, never stored
   assert_like_jax(held, expected)
 
 
@@ -481,6 +481,6 @@ def test_flush_with_a_bad_setting_keeps_values_pending(monkeypatch):
   monkeypatch.setenv("TINYJAX_BACKEND", "bogus")
   with pytest.raises(ValueError, match="TINYJAX_BACKEND"):
     np.asarray(a)
-  assert a._value.pending
+  assert not a.is_ready()
   monkeypatch.delenv("TINYJAX_BACKEND")
   assert_like_jax(a, jnp.arange(4) + 2)

@@ -134,7 +134,7 @@ def test_default_device():
 def test_device_put_like_jax(value):
   placed = tinyjax.device_put(value)
   leaves = jax.tree_util.tree_leaves(placed, is_leaf=lambda x: isinstance(x, tinyjax.Array))
-  assert all(isinstance(x, tinyjax.Array) and not x._value.pending for x in leaves)
+  assert all(isinstance(x, tinyjax.Array) and x.is_ready() for x in leaves)
   assert_like_jax(placed, jax.device_put(value))
   back = tinyjax.device_get(placed)
   assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(jax.device_get(jax.device_put(value)))
