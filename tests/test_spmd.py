@@ -258,6 +258,19 @@ def test_pmap_results_are_placed_like_jaxs():
                                                                       for s in theirs.addressable_shards]
 
 
+def _pmap_of_computed_inputs():
+  """pmap of inputs computed just before the call (pending there: tinyjax computes them first, as JAX does)."""
+  step = jax.pmap(lambda v: jnp.cos(v) - lax.pmax(v, "i"), axis_name="i")
+  first = step(jnp.asarray(EDGES.reshape(4, 2)) * 3)
+  return [first, step(first + 1)]
+
+
+def test_pmap_of_computed_inputs_runs_split_like_jax():
+  ran, device_set = _ran_like_jax(_pmap_of_computed_inputs, _pmap_of_computed_inputs())
+  # the two steps, and `first + 1` on the first step's split result
+  assert dict(ran.choices) == ({f"split over {device_set}": 3} if device_set else {}), str(ran)
+
+
 def _printed_blocks():
   """JAX's shard_map page: an eager shard_map's body prints its value's block on each device."""
   @jax.shard_map(mesh=EXPLICIT, in_specs=P("d"), out_specs=P("d"))

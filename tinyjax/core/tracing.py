@@ -659,18 +659,18 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
 
 
 def _split_over_the_mesh(traced, inputs: list) -> list:
-  """The inputs of pmap or of a shard_map over a mesh of devices, each that is concrete and not split yet placed split
-  over the mesh's devices as the shard_map splits it (where the device kind has those instances), so that the program
-  runs split over them (pending.placed_backend), and so do the programs on its results."""
+  """The inputs of pmap or of a shard_map over a mesh of devices, each not split yet placed split over the mesh's
+  devices as the shard_map splits it (where the device kind has those instances; a pending one computed first, as
+  JAX computes a jitted call's inputs before it), so that the program runs split over them (pending.placed_backend),
+  and so do the programs on its results."""
   backend = pending.flush_backend()
-  placed = []
-  for value, sharding in zip(inputs, traced.mesh_shardings, strict=True):
-    if (sharding is not None and value.node is None and type(value) is Value
-            and not any(b.spans_devices for b in value.buffers)
-            and (over := backend_over(backend, sharding.mesh)).spans_devices):
-      value = value.placed_on(over, None, sharding)
-    placed.append(value)
-  return placed
+  overs = [backend_over(backend, sharding.mesh) if sharding is not None and type(value) is Value else None
+           for value, sharding in zip(inputs, traced.mesh_shardings, strict=True)]
+  if waiting := [v for v, over in zip(inputs, overs) if over is not None and over.spans_devices and v.pending]:
+    pending.flush(waiting)
+  return [value.placed_on(over, None, sharding)
+          if over is not None and over.spans_devices and not any(b.spans_devices for b in value.buffers) else value
+          for value, over, sharding in zip(inputs, overs, traced.mesh_shardings)]
 
 
 def _places_on_a_mesh(jaxpr) -> bool:
