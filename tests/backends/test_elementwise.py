@@ -82,6 +82,15 @@ def test_unary_float(prim, dtype):
   check_lax(prim, x, **TOLERANCE.get(prim, {}).get(dtype, {}))
 
 
+@pytest.mark.parametrize("name", [param("log1p near 0, fused as XLA fuses", name="log1p near 0, fused as XLA fuses")])
+def test_log1p_near_zero_is_xlas(name):
+  """log1p below sqrt(2) - 1 as XLA's CPU backend expands it (Cephes' rational approximation, its polynomials in
+  Horner's form, each step a fused multiply-add under XLA's jit): XLA's float32 bits, where the device's compiler
+  fuses as XLA's does."""
+  x = np.random.default_rng(3).uniform(-0.414, 0.414, 20000).astype(np.float32)
+  check_traced(lax.log1p, x, jax_jit=True, rtol=0)
+
+
 @pytest.mark.parametrize("method", [0, 1], ids=["away_from_zero", "to_nearest_even"])
 @pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
 def test_round(method, dtype):
