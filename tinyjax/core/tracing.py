@@ -664,12 +664,14 @@ def _split_over_the_mesh(traced, inputs: list) -> list:
   JAX computes a jitted call's inputs before it), so that the program runs split over them (pending.placed_backend),
   and so do the programs on its results."""
   backend = pending.flush_backend()
-  overs = [backend_over(backend, sharding.mesh) if sharding is not None and type(value) is Value else None
+  # the backend over each input's mesh, where the input is to be split over it
+  overs = [over if sharding is not None and type(value) is Value
+           and (over := backend_over(backend, sharding.mesh)).spans_devices else None
            for value, sharding in zip(inputs, traced.mesh_shardings, strict=True)]
-  if waiting := [v for v, over in zip(inputs, overs) if over is not None and over.spans_devices and v.pending]:
+  if waiting := [value for value, over in zip(inputs, overs) if over is not None and value.pending]:
     pending.flush(waiting)
   return [value.placed_on(over, None, sharding)
-          if over is not None and over.spans_devices and not any(b.spans_devices for b in value.buffers) else value
+          if over is not None and not any(b.spans_devices for b in value.buffers) else value
           for value, over, sharding in zip(inputs, overs, traced.mesh_shardings)]
 
 
