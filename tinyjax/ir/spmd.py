@@ -337,7 +337,7 @@ def split_axis(sharding, n_devices: int) -> int | None:
   devices in the order of the device set, which need not be the order in which JAX places them (a spec naming two
   mesh axes in reverse): the values are the same."""
   split = _split_dimensions(sharding)
-  return split[0][0] if split and not not_split_because(sharding, n_devices) else None
+  return split[0][0] if len(split) == 1 and split[0][1] == n_devices else None
 
 
 def not_split_because(sharding, n_devices: int) -> str | None:
