@@ -1,4 +1,4 @@
-"""Eager calls remembered (tinyjax/core/tracing.py `_calls`): a call of a function on the same kinds of inputs (avals,
+"""Eager calls remembered (tinyjax/core/tracing.py `CallSite`): a call of a function on the same kinds of inputs (avals,
 weak types, kinds of Python scalars, static values) appends the trace the general way made, without flattening or
 looking the trace up again. Results match JAX's eager calls, and errors, report counts and the Arrays returned are
 those of the general way (the memory off)."""

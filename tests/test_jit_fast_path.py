@@ -1,4 +1,5 @@
-"""tinyjax.jit's fast path (tinyjax/core/dispatch.py): a call whose program is compiled already runs it at once.
+"""tinyjax.jit's fast path (tinyjax/core/tracing.py `CallSite`, pending.run_alone): a call whose program is compiled
+already runs it at once.
 
 Each sequence of calls is run twice: the way it runs, and with the fast path off (every call traced, buffered and
 flushed); results match jax.jit's call by call, and the report's counts (flushes, compiles, primitives per backend,
@@ -14,7 +15,7 @@ import pytest
 import tinyjax
 import tinyjax.numpy as tnp
 from oracle import assert_like_jax
-from tinyjax.core import dispatch, pending, tracing
+from tinyjax.core import pending, tracing
 
 CONSTANT = np.linspace(-1, 1, 8, dtype=np.float32)  # closed over: a constant of the trace
 
@@ -89,8 +90,8 @@ def _expected():
 
 @pytest.fixture
 def general_way(monkeypatch):
-  """Every jit call traced, buffered and flushed (the fast path off)."""
-  monkeypatch.setattr(dispatch, "prepare", lambda *args: None)
+  """Every jit call buffered and flushed (the fast path off)."""
+  monkeypatch.setattr(pending, "run_alone", lambda *args: None)
 
 
 def _sequence():
@@ -110,12 +111,12 @@ def test_report_counts_are_those_of_the_general_way(monkeypatch):
   _sequence()  # traced and compiled: the counts below are of replays
   hits = []
   with monkeypatch.context() as m:
-    run = dispatch.run
-    m.setattr(dispatch, "run", lambda prepared: hits.append(out := run(prepared)) or out)
+    run = pending.run_alone
+    m.setattr(pending, "run_alone", lambda *args: hits.append(out := run(*args)) or out)
     fast, fast_counts = _sequence()
-  assert dispatch.MISS not in hits and len(hits) == len(fast)  # every call took the fast path
+  assert None not in hits and len(hits) == len(fast)  # every call took the fast path
   with monkeypatch.context() as m:
-    m.setattr(dispatch, "prepare", lambda *args: None)
+    m.setattr(pending, "run_alone", lambda *args: None)
     general, general_counts = _sequence()
   assert fast_counts == general_counts
   assert fast_counts[0] > 0 and fast_counts[1] == 0
@@ -137,11 +138,9 @@ def test_a_compiled_call_is_not_traced_again(monkeypatch):
   x, y = tnp.asarray(np.ones(8, np.float32)), tnp.asarray(np.full(8, 2.0, np.float32))
   for _ in range(3):
     f(x, y).block_until_ready()
-  calls = []
-  original = tracing.call
-  monkeypatch.setattr(tracing, "call", lambda *a, **k: calls.append(a) or original(*a, **k))
+  monkeypatch.setattr(tracing, "_trace", lambda *a: pytest.fail("traced again"))
+  monkeypatch.setattr(pending, "append", lambda *a: pytest.fail("buffered"))
   out = f(x, y)
-  assert not calls
   np.testing.assert_array_equal(np.asarray(out), np.full(8, 3.0, np.float32))
   assert out.is_ready()
 
@@ -160,7 +159,7 @@ def test_pending_inputs_give_the_general_way_counts(monkeypatch):
     once()
   fast = once()
   with monkeypatch.context() as m:
-    m.setattr(dispatch, "prepare", lambda *args: None)
+    m.setattr(pending, "run_alone", lambda *args: None)
     general = once()
   np.testing.assert_array_equal(fast[0], np.full(4, 4.0, np.float32))
   np.testing.assert_array_equal(fast[1], np.full(4, 5.0, np.float32))
@@ -282,11 +281,9 @@ def test_patched_jax_jit_takes_the_fast_path(monkeypatch):
     x = tnp.asarray(np.ones(4, np.float32))
     for _ in range(3):
       f(x)
-    calls = []
-    original = tracing.call
-    monkeypatch.setattr(tracing, "call", lambda *a, **k: calls.append(a) or original(*a, **k))
+    monkeypatch.setattr(tracing, "_trace", lambda *a: pytest.fail("traced again"))
+    monkeypatch.setattr(pending, "append", lambda *a: pytest.fail("buffered"))
     out = f(x)
-  assert not calls
   np.testing.assert_array_equal(np.asarray(out), np.full(4, 4.0, np.float32))
 
 

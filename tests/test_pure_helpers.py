@@ -186,7 +186,7 @@ def test_an_effect_with_no_array_result_happens_at_the_call(capfd):
 
 def test_a_result_of_no_leaves_stays_as_it_was():
   """A function run for its effect returns None (no leaves, no array): the call is appended as any, and a jitted one
-  on its fast path (tinyjax/core/dispatch.py) returns None too, not the empty tuple its trace returned."""
+  on its fast path (pending.run_alone) returns None too, not the empty tuple its trace returned."""
   returns_none = tinyjax.jit(lambda x: None)
   x = tnp.ones(3)
   assert [returns_none(x) for _ in range(3)] == [None, None, None]

@@ -9,7 +9,7 @@ import inspect
 
 import jax
 
-from tinyjax.core import dispatch, pending, mirror, report, tracing
+from tinyjax.core import pending, mirror, report, tracing
 from tinyjax.core.array import Array
 
 
@@ -66,17 +66,11 @@ def declare_jit(jitted, fun, static_argnums=None, static_argnames=None, **option
 
 def call_jitted(jitted, args, kwargs):
   """A call of JAX's jitted function on the backend, dispatched at once (flushed) as JAX dispatches a jitted call,
-  so that a loop of calls replays one captured program instead of growing the buffer.
-
-  A call whose program is compiled already, with concrete inputs and nothing else pending, runs it at once
-  (tinyjax/core/dispatch.py); the first such call goes the general way, and what it traced is remembered."""
-  prepared = dispatch.prepare(jitted, args, kwargs)
-  if prepared is not None and (out := dispatch.run(prepared)) is not dispatch.MISS:
-    return out
-  out = tracing.call(jitted, args, kwargs)
-  pending.flush()
-  if prepared is not None:
-    dispatch.remember(jitted, prepared)
+  so that a loop of calls replays one captured program instead of growing the buffer. A call whose program is
+  compiled already, with concrete inputs and nothing else pending, runs it at once (tracing.CallSite)."""
+  out = tracing.call(jitted, args, kwargs, at_once=True)
+  if pending.anything_pending():
+    pending.flush()
   return out
 
 

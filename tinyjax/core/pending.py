@@ -159,19 +159,42 @@ def _read_only(host: np.ndarray) -> np.ndarray:
 
 def append(traced, inputs: list[Value], source: str) -> list[Value]:
   """Add a traced call to the buffer; returns its output Values (pending unless known without running)."""
-  node = None
-  outs = []
-  for kind, aval, payload in traced.outputs:
-    if kind == COMPUTED:
-      node = node or Node(traced, inputs, source)
-      outs.append(Value(aval, node, payload))
-    elif kind == INPUT:  # the call returned one of its inputs unchanged
-      outs.append(inputs[payload])
-    else:  # a constant result: known now
-      outs.append(Value(aval, host=payload))
-  if node is not None:
+  node = Node(traced, inputs, source)
+  outs = _outputs(node)
+  if traced.alone_key[1]:  # it computes something
     _queue.n_eqns += traced.n_eqns
   return outs
+
+
+def _outputs(node: Node) -> list[Value]:
+  """The output Values of a traced call: pending on its node, an input returned unchanged, or a constant (known)."""
+  inputs = node.inputs
+  return [Value(aval, node, payload) if kind == COMPUTED else inputs[payload] if kind == INPUT
+          else Value(aval, host=payload) for kind, aval, payload in node.traced.outputs]
+
+
+def alone_key(traced) -> tuple:
+  """(wiring, outputs) of the program of a flush of this call alone, on distinct inputs (`_wired`'s numbering)."""
+  return (((traced.serial, tuple(-1 - i for i in range(len(traced.jaxpr.in_avals)))),),
+          tuple((0, index) for kind, _, index in traced.outputs if kind == COMPUTED))
+
+
+def run_alone(traced, inputs: list[Value]) -> list[Value] | None:
+  """The output Values of a call whose inputs are concrete, with nothing else pending, computed now by the program a
+  flush of the call alone compiled (under the same key), or None while there is none: no buffer, no collection of
+  the queue, no wiring (a jitted call's fast path)."""
+  node = Node(traced, inputs, None)
+  backend = placed_backend(flush_backend(), inputs)
+  wiring, outs = traced.alone_key
+  if len(set(map(id, inputs))) < len(inputs):  # a Value passed twice is one input of the program, as in a flush
+    wiring, inputs, _ = _wired([node], ())
+  with flush_lock:
+    compiled = _compiled((backend, wiring, outs))
+    if compiled is None:
+      return None
+    values = _outputs(node)
+    execute(compiled, backend, [v for v in values if v.node is node], inputs)
+  return values
 
 
 def track(arrays) -> None:
@@ -275,10 +298,8 @@ def run(values: list[Value], backend, whole: bool = True) -> list | None:
   wiring, input_values, outs = _wired(nodes, values)
   backend = placed_backend(backend, input_values)
   key = (backend, wiring, outs)
-  compiled = _programs.get(key)
-  if compiled is not None:
-    _programs.move_to_end(key)
-  elif backend.cuts_long_flushes and len(chunks := _cut(nodes)) > 1:
+  compiled = _compiled(key)
+  if compiled is None and backend.cuts_long_flushes and len(chunks := _cut(nodes)) > 1:
     del nodes  # NB: the chunks alone hold the calls: each is let go once run (_run_chunks), and what it read with it
     if not whole:
       later = chunks.pop()
@@ -286,7 +307,7 @@ def run(values: list[Value], backend, whole: bool = True) -> list | None:
       return later
     _remember(key, _run_chunks(chunks, values, input_values, backend))
     return None
-  else:
+  if compiled is None:
     compiled = _remember(key, _compile(nodes, wiring, input_values, outs, backend))
   if type(compiled) is Sequence:
     compiled.run(backend, values, input_values)
@@ -417,7 +438,7 @@ def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend,
     outs, outputs[k] = outputs[k], None
     wiring, chunk_inputs, positions = _wired(chunk, outs)
     key = (backend, wiring, positions)
-    compiled = _programs.get(key) or _remember(key, _compile(chunk, wiring, chunk_inputs, positions, backend))
+    compiled = _compiled(key) or _remember(key, _compile(chunk, wiring, chunk_inputs, positions, backend))
     steps.append((compiled, tuple(made[id(v)] for v in chunk_inputs), tuple(v.aval for v in outs)))
     execute(compiled, backend, outs, chunk_inputs)  # NB: its outputs become concrete: later chunks read them
     made.update({id(v): len(made) + i for i, v in enumerate(outs)})
@@ -425,7 +446,7 @@ def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend,
   return None if later else Sequence(steps, tuple(made[id(v)] for v in values))
 
 
-def compiled_program(key):
+def _compiled(key):
   """The program compiled for a flush's key (backend, wiring, outputs), if it is still cached (under flush_lock)."""
   compiled = _programs.get(key)
   if compiled is not None:

@@ -89,6 +89,11 @@ class Traced:
     return pending.outputs_of(self.jaxpr)
 
   @functools.cached_property
+  def alone_key(self) -> tuple:
+    """The key of the program of a flush of this call alone (pending.alone_key)."""
+    return pending.alone_key(self)
+
+  @functools.cached_property
   def n_eqns(self) -> int:
     return len(self.jaxpr.jaxpr.eqns)
 
@@ -470,48 +475,74 @@ def scalars_signature(fn, treedef, leaves):
   return fn, treedef, tuple(x for x in leaves if isinstance(x, str))
 
 
-def scalars_static(signature) -> bool:
-  return signature in _static_scalar_calls
-
-
-def trace_generation() -> int:
-  """How many traces the trace cache dropped so far: what was remembered of a trace holds while this is unchanged."""
-  return _trace_generation
-
-
-def cached_trace(key) -> Traced | None:
-  """The trace cached under `key` (trace_key's), if it still is."""
-  return _traces.get(key)
-
-
-# --- the calls remembered: a call of the same function on the same kinds of inputs appends the same trace
+# --- call sites: a later call of the same function on the same kinds of inputs appends (or runs) the same trace
 
 _MISS = object()
-_FLOAT, _COMPLEX, _INT = object(), object(), object()  # a top-level Python scalar, in a call's key
+_FLOAT, _COMPLEX, _INT = object(), object(), object()  # a top-level Python scalar, in an eager call's key
 _SIMPLE = (str, bool, type(None))
-_calls: dict = {}
-_CALLS_KEPT = 4096
-_trace_generation = 0  # counts the traces the trace cache dropped: a remembered call keeps its trace's number
+_HOST_ARRAYS = (np.ndarray, np.generic)
+_sites: dict = {}
+_SITES_KEPT = 4096
+_trace_generation = 0  # counts the traces the trace cache dropped: a call site keeps its trace's number
 
 
-class _Remembered:
-  """What a call's general way decided: its trace (under JAX's trace context then), where its dynamic inputs are
-  among the arguments (an argument's index, or a keyword) with their avals, and, for its Python ints, the integer
-  ranges they must fit to stay traced."""
+class CallSite:
+  """The record of a call that went the general way (trace, append, flush, compile), kept under the call's key for
+  the calls after it: its trace (under JAX's trace context then), where its dynamic inputs are with their avals, and,
+  for an eager call's Python ints, the integer ranges they must fit to stay traced.
+
+  An eager call is keyed by its arguments themselves (`_call_key`: no flattening), its inputs found by an argument's
+  index or a keyword; a jitted call by its flattened leaves (`_leaves_key`, as JAX's jit keys its calls: parameters
+  come as pytrees), its inputs found by a leaf's index. A later call with the same key is appended to the buffer as
+  the general way appends it; a jitted one with concrete inputs and nothing else pending runs at once the program
+  that a flush of it alone compiled (pending.run_alone): no trace, no Node in the buffer, no wiring of the queue."""
   __slots__ = ("traced", "context", "generation", "signature", "scalars_dynamic", "sources", "avals", "ints",
                "int_ranges", "forwards", "single")
 
-  def __init__(self, traced, signature, scalars_dynamic, sources, avals, ints, int_ranges):
+  def __init__(self, traced, signature, scalars_dynamic, sources, avals, ints=(), int_ranges=()):
     self.traced, self.context, self.generation = traced, jax_config.trace_context(), _trace_generation
     self.signature, self.scalars_dynamic = signature, scalars_dynamic
     self.sources, self.avals, self.ints, self.int_ranges = sources, avals, ints, int_ranges
     self.forwards = any(kind == pending.INPUT for kind, _, _ in traced.outputs)
     self.single = traced.out_tree.num_leaves == 1 and traced.out_tree.num_nodes == 1
 
+  def recall(self, args: tuple, kwargs: dict, leaves: list | None, at_once: bool):
+    """The call's outputs as the general way makes them (`leaves`: a jitted call's), or _MISS when the site's
+    decisions may no longer hold."""
+    # NB: JAX's settings that change what a function traces to (rank promotion, PRNG implementation, ...) form its
+    # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
+    if (self.generation != _trace_generation or self.context != jax_config.trace_context()
+            or self.scalars_dynamic and self.signature in _static_scalar_calls
+            or jax_core.trace_ctx.trace is not jax_core.eval_trace  # inside_transformation(), inlined
+            or _DEBUG_NANS.value or _DEBUG_INFS.value):  # jax_checks_values(), inlined
+      return _MISS
+    for i in self.ints:
+      if not _fits(args[i], self.int_ranges):
+        return _MISS
+    inputs, arrays = [], []
+    for source, aval in zip(self.sources, self.avals):
+      leaf = leaves[source] if leaves is not None else kwargs[source] if type(source) is str else args[source]
+      if type(leaf) is Array:
+        value = leaf._value
+        if type(value) is DeletedValue:
+          value.to_host()  # raises JAX's error at the call
+        inputs.append(value)
+        arrays.append(leaf)
+      else:  # an eager call's Python scalar; a jitted call's Scalar, NumPy or JAX array
+        inputs.append(_scalar_value(leaf, aval) if leaves is None else input_value(leaf, aval))
+    traced = self.traced
+    traced.check_policies()
+    arrays = arrays if self.forwards else ()
+    if at_once and not pending.anything_pending() and all(v.node is None for v in inputs):
+      values = pending.run_alone(traced, inputs)
+      if values is not None:
+        return _tree(traced, _arrays(values, arrays), self.single)
+    return _appended(traced, inputs, arrays, self.single, user_source(own=2))  # own: this and call()
+
 
 def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
-  """A call's key among the remembered ones (None: it goes the general way): the function, and each argument's aval
-  (an Array's), kind (a Python scalar traced) or value (a string, a bool, None, a keyword's scalar)."""
+  """An eager call's key among the call sites (None: it goes the general way): the function, and each argument's
+  aval (an Array's), kind (a Python scalar traced) or value (a string, a bool, None, a keyword's scalar)."""
   key = [fn, static_scalars]
   for a in args:
     kind = type(a)
@@ -540,86 +571,114 @@ def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
   return tuple(key)
 
 
-def _recall(entry: _Remembered, args: tuple, kwargs: dict):
-  """The call appended as the general way appends it, or _MISS when its decisions may no longer hold."""
-  # NB: JAX's settings that change what a function traces to (rank promotion, PRNG implementation, ...) form its
-  # trace context: compared, not hashed into the key (the hash of its 46 settings costs twice the comparison)
-  if (entry.generation != _trace_generation or entry.context != jax_config.trace_context()
-          or entry.scalars_dynamic and entry.signature in _static_scalar_calls
-          or jax_core.trace_ctx.trace is not jax_core.eval_trace  # inside_transformation(), inlined
-          or _DEBUG_NANS.value or _DEBUG_INFS.value):  # jax_checks_values(), inlined
-    return _MISS
-  for i in entry.ints:
-    if not _fits(args[i], entry.int_ranges):
-      return _MISS
-  inputs, arrays = [], []
-  for source, aval in zip(entry.sources, entry.avals):
-    leaf = kwargs[source] if type(source) is str else args[source]
-    if type(leaf) is Array:
-      value = leaf._value
-      if type(value) is DeletedValue:
-        value.to_host()  # raises JAX's error at the call
-      inputs.append(value)
-      arrays.append(leaf)
+def _leaves_key(fn, treedef, leaves: list, kwargs: dict):
+  """A jitted call's key among the call sites (None: it goes the general way): the function, the tree of its
+  arguments, and each leaf's aval (an Array's, a NumPy or JAX array's), kind (a Python scalar traced) or value."""
+  if "device" in kwargs:
+    return None
+  key = [fn, treedef]
+  for leaf in leaves:
+    kind = type(leaf)
+    if kind is Array:
+      key.append(leaf._value.aval)
+    elif kind is Scalar:
+      key.append((Scalar, type(leaf.value)))  # NB: a jitted function's scalars are never retried static
+    elif isinstance(leaf, _HOST_ARRAYS):
+      key.append((np.ndarray, leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
+    elif isinstance(leaf, (jax.core.Tracer, Array)):  # a tracer (JAX's own call), an Array placed on devices
+      return None
+    elif isinstance(leaf, jax.Array):
+      key.append((jax.Array, jax.typeof(leaf)))
     else:
-      inputs.append(_scalar_value(leaf, aval))
-  return _appended(entry.traced, inputs, arrays if entry.forwards else (), entry.single, own_callers=2)
+      try:
+        key.append(static_key(leaf))
+      except TypeError:  # unhashable
+        return None
+  return tuple(key)
 
 
-def _appended(traced, inputs, arrays, single: bool, own_callers: int):
-  """The call's outputs: its traced equations appended to the pending queue, the fallback policy applied.
-  `own_callers`: how many of its callers are this module's (skipped when looking for the user's line)."""
-  source = user_source(own=1 + own_callers)
-  traced.check_policies(source)
+def _appended(traced, inputs, arrays, single: bool, source: str):
+  """The call's outputs: its traced equations appended to the pending queue (the fallback policy applied before)."""
   values = pending.append(traced, inputs, source)
-  if arrays:  # an output that is an input unchanged is that input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)
-    forwarded = {id(a._value): a for a in arrays}
-    outs = [Array(v) if (out := forwarded.get(id(v))) is None else out for v in values]
-  else:
-    outs = list(map(Array, values))
+  outs = _arrays(values, arrays) if arrays else list(map(Array, values))
   pending.track(outs)
   if traced.jaxpr.effects:  # a print or a callback happens at the call, as JAX's call makes it happen, read or not
     pending.flush(values)
   return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 
-def _remember(key, fn, args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic) -> None:
-  """Remember a call the general way traced and appended, when its dynamic inputs are its arguments themselves."""
-  sources = []
-  named = sorted(kwargs)  # NB: a dict's leaves come in the order of its sorted keys
-  flat = [*((i, a) for i, a in enumerate(args) if a is not None), *((k, kwargs[k]) for k in named if kwargs[k] is not None)]
-  if len(flat) != len(leaves):
-    return
-  for i in dynamic:
-    source, a = flat[i]
-    leaf = leaves[i]
-    if not (leaf is a or isinstance(leaf, Scalar) and leaf.value is a):
+def _arrays(values, arrays) -> list:
+  """Arrays of the call's output Values: an output that is an input unchanged (one of `arrays`' Values) is that
+  input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)."""
+  if not arrays:
+    return list(map(Array, values))  # NB: _appended's fast path, inlined
+  forwarded = {id(a._value): a for a in arrays}
+  return [Array(v) if (out := forwarded.get(id(v))) is None else out for v in values]
+
+
+def _tree(traced, outs: list, single: bool):
+  return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def _remember(key, fn, args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic,
+              at_once) -> None:
+  """Keep the site of a call the general way traced and appended: a jitted call's inputs are its leaves; an eager
+  call's are remembered when they are its arguments themselves."""
+  if at_once:
+    site = CallSite(traced, signature, scalars_dynamic, tuple(dynamic), tuple(avals))
+  else:
+    sources = []
+    named = sorted(kwargs)  # NB: a dict's leaves come in the order of its sorted keys
+    flat = [*((i, a) for i, a in enumerate(args) if a is not None),
+            *((k, kwargs[k]) for k in named if kwargs[k] is not None)]
+    if len(flat) != len(leaves):
       return
-    sources.append(source)
-  if any(type(a) in _SCALAR_TYPES and i not in sources for i, a in enumerate(args)):
-    return  # a Python scalar kept static (an int too large to trace): its key would not say which value
-  ints = tuple(s for s in sources if type(s) is int and type(args[s]) is int)
-  int_ranges = _integer_ranges(args, kwargs) if ints else ()
-  if len(_calls) >= _CALLS_KEPT:
-    _calls.pop(next(iter(_calls)))
-  _calls[key] = _Remembered(traced, signature, scalars_dynamic, tuple(sources), tuple(avals), ints, int_ranges)
+    for i in dynamic:
+      source, a = flat[i]
+      leaf = leaves[i]
+      if not (leaf is a or isinstance(leaf, Scalar) and leaf.value is a):
+        return
+      sources.append(source)
+    if any(type(a) in _SCALAR_TYPES and i not in sources for i, a in enumerate(args)):
+      return  # a Python scalar kept static (an int too large to trace): its key would not say which value
+    ints = tuple(s for s in sources if type(s) is int and type(args[s]) is int)
+    site = CallSite(traced, signature, scalars_dynamic, tuple(sources), tuple(avals), ints,
+                    _integer_ranges(args, kwargs) if ints else ())
+  if len(_sites) >= _SITES_KEPT:
+    _sites.pop(next(iter(_sites)))
+  _sites[key] = site
 
 
-def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False):
-  """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily."""
+def _flattened(fn, args: tuple, kwargs: dict, static_scalars: bool):
+  """The call's arguments with their Python scalars marked as traced (scalars_marked), and their leaves and tree."""
+  if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
+    args = scalars_marked(fn, args, kwargs)
+  return args, *jax.tree_util.tree_flatten((args, kwargs))  # NB: Arrays and Scalars are leaves
+
+
+def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: bool = False, at_once: bool = False):
+  """Apply the JAX function `fn` to tinyjax/NumPy/JAX/Python inputs, lazily; `at_once`: a jitted call, which runs
+  at once when its program is compiled, its inputs concrete and nothing else pending (the caller flushes otherwise,
+  as JAX dispatches a jitted call)."""
   kwargs = kwargs or {}
-  key = _call_key(fn, args, kwargs, static_scalars)
-  if key is not None and (entry := _calls.get(key)) is not None and (out := _recall(entry, args, kwargs)) is not _MISS:
+  leaves = None
+  if at_once:
+    marked, leaves, treedef = _flattened(fn, args, kwargs, static_scalars)
+    key = _leaves_key(fn, treedef, leaves, kwargs)
+  else:
+    key = _call_key(fn, args, kwargs, static_scalars)
+  if key is not None and (site := _sites.get(key)) is not None and (
+          out := site.recall(args, kwargs, leaves, at_once)) is not _MISS:
     return out
-  original_args = args
   if isinstance(device := kwargs.get("device"), Device):  # a tinyjax device: JAX computes, tinyjax places
     return placed(call(fn, args, {**kwargs, "device": None}, static_scalars), device)
   if isinstance(device, jax.Device):  # one of JAX's: tinyjax computes, and the Arrays name that device
     return jax.tree_util.tree_map(lambda x: CommittedArray(x._value, device) if is_array(x) else x,
                                   call(fn, args, {**kwargs, "device": None}, static_scalars), is_leaf=is_array)
-  if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    args = scalars_marked(fn, args, kwargs)
-  leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
+  original_args = args
+  if leaves is None:
+    marked, leaves, treedef = _flattened(fn, args, kwargs, static_scalars)
+  args = marked
   if inside_transformation() or any(isinstance(x, jax.core.Tracer) for x in leaves):
     return _defer(fn, treedef, leaves)  # inside a JAX transformation: JAX's own call, staged in its trace
   if any(isinstance(x, jax.Array) and not is_array(x) and _only_jax_holds(x) for x in leaves):
@@ -650,11 +709,14 @@ def call(fn: Callable, args: tuple, kwargs: dict | None = None, static_scalars: 
   if traced.maps_over_a_mesh:
     inputs = _split_over_the_mesh(traced, inputs)
   arrays = [leaves[i] for i in dynamic if is_array(leaves[i])]
-  out = _appended(traced, inputs, arrays, single=False, own_callers=1)
+  source = user_source(own=1)
+  traced.check_policies(source)
+  out = _appended(traced, inputs, arrays, single=False, source=source)
   if traced.maps_over_a_mesh or any(map(_on_an_auto_mesh, arrays)):
     return _placed_as_jax_propagates(traced, out, [leaves[i] for i in dynamic], avals)
   if key is not None and (signature is None or scalars_dynamic):
-    _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic)
+    _remember(key, fn, original_args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic,
+              at_once)
   return out
 
 
