@@ -373,6 +373,29 @@ def test_values_kept_across_the_cuts_are_jaxs():
     assert_like_jax(kept[tnp], kept[jnp], atol=1e-6)
 
 
+def test_a_cut_flush_run_again_is_one_list_of_launches_with_jaxs_values(monkeypatch):
+  """A flush cut into chunks, run again with the same structure, runs its chunks' captured kernels as one list of
+  launches (replay.Chained): no chunk's program is run by itself, every run gives JAX's values (the edge values
+  among them), and the report counts every chunk's run as the runs before did."""
+  def chain(m, x):
+    for _ in range(100):  # 300 calls: cut into chunks (pending.CHUNK_COST); products alone, rounded alike everywhere
+      x = -(x * 1.25)
+      x = x * 0.8
+    return x
+  data = np.array([0.0, -0.0, 1.0, -2.5, 3e38, -3e38, np.inf, -np.inf, np.nan, 1e-3, 7.0], np.float32)
+  expected = chain(jnp, jnp.asarray(data))
+  counted = []
+  for run in range(4):
+    if run == 3:  # NB: by then each chunk's program was replayed by the launcher (twice run), and the chain made
+      monkeypatch.setattr(pending, "execute", lambda *args: pytest.fail("a chunk's program ran by itself"))
+    report = tinyjax.report()
+    before = report.flushes, dict(report.primitives)
+    assert_like_jax(chain(tnp, tnp.asarray(data)), expected, rtol=0)
+    counted.append((report.flushes - before[0],
+                    {k: n - before[1].get(k, 0) for k, n in report.primitives.items() if n != before[1].get(k, 0)}))
+  assert counted[1][0] > 1 and counted[1] == counted[2] == counted[3]
+
+
 def test_a_long_loop_cut_into_chunks_keeps_memory_flat(monkeypatch):
   """An eager loop with a sine in every step, flushed by the buffer bound: each flush cut into chunks (the last left
   pending), whose values are let go once read. Pending calls, Values and device bytes do not accumulate, neither

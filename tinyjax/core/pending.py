@@ -387,11 +387,15 @@ def _cut(nodes) -> list[list[Node]]:
   return chunks
 
 
+CHAIN_TRIES = 6  # the runs of a Sequence at which its backend is asked to chain its steps (Sequence._chain)
+
+
 class Sequence:
   """A flush cut into chunks, as it ran the first time: each chunk's compiled program (in the cache under the chunk's
   own key, shared with every flush that holds the same chunk) and where its inputs come from, in order. A flush of
-  the same structure runs it again without cutting, wiring and looking up each chunk."""
-  __slots__ = ("steps", "outputs", "released")
+  the same structure runs it again without cutting, wiring and looking up each chunk; once the backend can run the
+  chunks' programs together (Backend.chain: tinygrad's launcher, one list of their kernels), it runs them so."""
+  __slots__ = ("steps", "outputs", "released", "chained", "placements", "tries")
 
   def __init__(self, steps, outputs):
     self.steps = steps  # (compiled, positions of its inputs in the run's values, avals of its outputs)
@@ -403,8 +407,19 @@ class Sequence:
     for i, k in last_read.items():
       if i not in outputs:
         self.released[k].append(i)
+    self.chained = None  # the steps run as one by the backend (Backend.chain), once it can
+    self.placements: list = []  # (placement, runs) of the steps, counted at each chained run
+    self.tries = CHAIN_TRIES
 
   def run(self, backend, values: list[Value], input_values: list[Value]) -> None:
+    if profile.active is None and (self.chained is not None or self._chain(backend, len(input_values))):
+      outs = self.chained([v.buffer_on(backend) for v in input_values])
+      if outs is not None:
+        for placement, runs in self.placements:
+          report.record_run(placement, runs)
+        for value, out in zip(values, outs, strict=True):
+          value.buffers, value.node, value.host = {backend: out}, None, None
+        return
     made = list(input_values)  # NB: the values of a run: the flush's inputs, then each chunk's outputs in order
     for (compiled, inputs, avals), released in zip(self.steps, self.released):
       outs = [Value(aval) for aval in avals]
@@ -414,6 +429,22 @@ class Sequence:
         made[i] = None
     for value, at in zip(values, self.outputs, strict=True):
       value.buffers, value.node, value.host = made[at].buffers, None, None
+
+  def _chain(self, backend, n_inputs: int) -> bool:
+    """Whether the backend now runs the steps as one (asked at each of the first runs until it does: a step's
+    program is replayed by tinygrad's launcher once it ran twice, a factorization's five times). NB: the report
+    counts each step's run as before."""
+    if not self.tries:
+      return False
+    self.tries -= 1
+    self.chained = backend.chain(self.steps, n_inputs, self.outputs, self.released)
+    if self.chained is None:
+      return False
+    placements = {}  # id -> [placement, runs]
+    for compiled, _, _ in self.steps:
+      placements.setdefault(id(placement := compiled.placement()), [placement, 0])[1] += 1
+    self.placements = list(placements.values())
+    return True
 
 
 def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend, later=()) -> Sequence | None:

@@ -26,14 +26,14 @@ class Report:
   # placement's counters at every run cost 2 us of a jitted call's dispatch. id(placement) -> [placement, runs]
   _runs: dict = dataclasses.field(default_factory=dict)
 
-  def record(self, placement) -> None:
+  def record(self, placement, runs: int = 1) -> None:
     entry = self._runs.get(id(placement))
     if entry is None:
-      self._runs[id(placement)] = [placement, 1]  # NB: the entry holds the placement: its id is not reused
+      self._runs[id(placement)] = [placement, runs]  # NB: the entry holds the placement: its id is not reused
       if len(self._runs) > _RUNS_KEPT:  # auto's placements are new at each run: counted now and then, not kept
         self._counted()
     else:
-      entry[1] += 1
+      entry[1] += runs
 
   def _counted(self) -> "Report":
     runs, self._runs = self._runs, {}
@@ -95,11 +95,11 @@ def _reports():
   return [_process, *_scopes]
 
 
-def record_run(placement) -> None:
-  """Count one run of a program that executed as `placement` (an ir.backend.Placement) says."""
-  _process.record(placement)
+def record_run(placement, runs: int = 1) -> None:
+  """Count runs of a program that executed as `placement` (an ir.backend.Placement) says."""
+  _process.record(placement, runs)
   for scope in _scopes:
-    scope.record(placement)
+    scope.record(placement, runs)
 
 
 def record_compile() -> None:

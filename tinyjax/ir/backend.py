@@ -83,6 +83,12 @@ class Backend(abc.ABC):
   def compile(self, program) -> Compiled:
     """A runner for the Program."""
 
+  def chain(self, steps: list, n_inputs: int, outputs: tuple, released: list):
+    """A flush cut into programs (core.pending.Sequence: `steps` of (compiled, where its inputs are, its output
+    avals)) as one runner, `run(input buffers) -> output buffers or None`, where the backend runs them together
+    faster than one by one; None where it does not (yet)."""
+    return None
+
   def is_split(self, buffer) -> bool:
     """Whether a buffer of a backend that spans devices is split over them (not a copy on each)."""
     return False

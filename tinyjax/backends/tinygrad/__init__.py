@@ -19,7 +19,7 @@ from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills 
   complexmath, contraction, control_flow, eigen, elementwise, fft, indexing, linalg, random, reduction, shape, sorting,
   special)
 from tinyjax.backends.tinygrad.machinery.amendments import amend, kernel_context, kernels_timed
-from tinyjax.backends.tinygrad.machinery.replay import Replayed, realized
+from tinyjax.backends.tinygrad.machinery.replay import Chained, Replayed, realized
 from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
 from tinyjax.backends.tinygrad.machinery.split import SplitReplay, Splittable, is_split
 from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
@@ -213,6 +213,23 @@ class TinygradBackend(Backend):
     if not planned.jittable:
       return run
     return Replayed(run, lazy, program, self.const, plain_runs=STEPPED_PLAIN_RUNS if planned.stepped else 1)
+
+  def chain(self, steps, n_inputs, outputs, released):
+    """The programs as one list of launches (replay.Chained), once the launcher replays each of them."""
+    plans = []
+    for compiled, _, _ in steps:
+      rescuable = compiled.run
+      if (not isinstance(rescuable, Rescuable) or rescuable.on_xla is not None
+              or not isinstance(rescuable.runner, Replayed) or (plan := rescuable.runner.chainable()) is None):
+        return None
+      plans.append(plan)
+    chained = Chained(plans, [inputs for _, inputs, _ in steps], n_inputs, outputs, released)
+
+    def run(inputs):
+      if not chained.synchronous:
+        self.idle = False
+      return chained(inputs)
+    return run
 
   @functools.cached_property
   def first_device(self) -> "TinygradBackend":

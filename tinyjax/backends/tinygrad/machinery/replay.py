@@ -142,6 +142,13 @@ class Replayed:
     outs = self.lazy(list(buffers[:self.n_inputs]))
     return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
 
+  def chainable(self) -> tuple | None:
+    """(its kernels, its number of inputs, the specs of its outputs) when the launcher replays it and its kernels
+    write every output of the program (none is a constant, an input or empty): what a Chained launches; else None."""
+    if self.kernels is None or len(self.written) != len(self.program.outputs):
+      return None
+    return self.kernels, self.n_inputs, self.specs
+
   def launched(self, inputs) -> list | None:
     """The outputs of a replay by the launcher, which makes no kernel (so it needs no kernel context); None when
     this run is not one (tinygrad makes or captures kernels, or replays them itself)."""
@@ -173,27 +180,9 @@ class Replayed:
 
   def _new_slot(self) -> "_Slot":
     """New written outputs: a fresh BUFFER uop, allocated Buffer and Tensor each."""
-    tensors, made = [], []
-    # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
-    # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
-    outer = tensor_module._METADATA.set(_REPLAY_METADATA)
-    try:
-      for template, (_, size, dtype, device) in zip(self._templates(), self.specs):
-        target = template.fresh()
-        # NB: each BUFFER uop's Buffer set in tinygrad's table directly: UOp.buffer computes the uop's shape and
-        # base first, which costs more than the launches of a small program
-        buffer = buffers[target] = Buffer(device, size, dtype).ref(1)
-        made.append(buffer.ensure_allocated())
-        tensors.append(_tensor_of(target if template.shape_operands is None else
-                                  UOp(Ops.RESHAPE, target.dtype, (target, *template.shape_operands))))
-    finally:
-      tensor_module._METADATA.set(outer)
-    return _Slot(tensors, made)
-
-  def _templates(self):
     if not self.templates:
-      self.templates = [_OutputTemplate.of(shape, size, dtype, device) for shape, size, dtype, device in self.specs]
-    return self.templates
+      self.templates = [_OutputTemplate.of(*spec) for spec in self.specs]
+    return _Slot(*_fresh_outputs(self.templates))
 
   def _replay(self, inputs):
     if (outs := self.launched(inputs)) is not None:
@@ -212,6 +201,26 @@ class Replayed:
     for i, tensor in zip(self.written, written):
       outs[i] = tensor
     return outs
+
+
+def _fresh_outputs(templates: list) -> tuple[list, list]:
+  """Outputs to be written by a replay: for each template a fresh BUFFER uop, its allocated Buffer and a Tensor."""
+  tensors, made = [], []
+  # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
+  # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
+  outer = tensor_module._METADATA.set(_REPLAY_METADATA)
+  try:
+    for template in templates:
+      target = template.fresh()
+      # NB: each BUFFER uop's Buffer set in tinygrad's table directly: UOp.buffer computes the uop's shape and
+      # base first, which costs more than the launches of a small program
+      buffer = buffers[target] = Buffer(template.device, template.size, template.dtype).ref(1)
+      made.append(buffer.ensure_allocated())
+      tensors.append(_tensor_of(target if template.shape_operands is None else
+                                UOp(Ops.RESHAPE, target.dtype, (target, *template.shape_operands))))
+  finally:
+    tensor_module._METADATA.set(outer)
+  return tensors, made
 
 
 class _Slot:
@@ -261,12 +270,15 @@ class _OutputTemplate:
   than the launches of a small program: a replay makes its uops with the dtype and operands given."""
   buffer: object
   shape_operands: tuple | None  # None: the output has the buffer's own shape, (size,)
+  size: int
+  dtype: object
+  device: str
 
   @classmethod
   def of(cls, shape, size, dtype, device):
     buffer = UOp.new_buffer(device, size, dtype)
     reshaped = buffer.reshape(shape)
-    return cls(buffer, None if reshaped is buffer else reshaped.src[1:])
+    return cls(buffer, None if reshaped is buffer else reshaped.src[1:], size, dtype, device)
 
   def fresh(self):
     """A new BUFFER uop (a slot of its own) like the template's."""
@@ -350,6 +362,54 @@ def launch(kernels: list[Launch], buffers: list) -> None:
     else:
       k.runtime(*[buffers[a].get_buf(k.device) if isinstance(a, int) else a for a in k.args],
                 global_size=k.global_size, local_size=k.local_size, vals=k.vals, wait=False)
+
+
+class Chained:
+  """Programs that the launcher replays (Replayed.chainable), run one after the other as one list of launches: a
+  flush cut into chunks (core.pending.Sequence), run again. As the Sequence numbers them, the flush's inputs come
+  first, then each program's outputs in order (`step_inputs`: where each program's inputs are; `released`: for each
+  program, what no later one reads). The flush's `outputs` are written into fresh buffers at every run; every other
+  value lives in a buffer the chain keeps, which a later value reuses once nothing reads it any more (and every run
+  again): no program, Value or Tensor between the chunks."""
+
+  def __init__(self, plans: list, step_inputs: list, n_inputs: int, outputs: tuple, released: list):
+    kept: dict[int, Buffer] = {}
+    free: dict[tuple, list] = {}  # (device, size, dtype) -> buffers no live value holds
+    self.kernels, self.templates, self.fresh = [], [], []
+    position = n_inputs  # of the next program's first output among the run's values
+    for (kernels, n_in, specs), inputs, done in zip(plans, step_inputs, released, strict=True):
+      at = (*inputs, *range(position, position + len(specs)))  # the program's parameters, numbered in the run
+      self.kernels += [dataclasses.replace(k, args=tuple(at[a] if isinstance(a, int) else a for a in k.args),
+                                           parameters=tuple((p, at[a]) for p, a in k.parameters)) for k in kernels]
+      for shape, size, dtype, device in specs:
+        if position in outputs:
+          self.templates.append(_OutputTemplate.of(shape, size, dtype, device))
+          self.fresh.append(position)
+        else:
+          reusable = free.get((device, size, dtype))
+          kept[position] = reusable.pop() if reusable else Buffer(device, size, dtype).ensure_allocated()
+        position += 1
+      for i in done:
+        if (buffer := kept.get(i)) is not None:
+          free.setdefault((buffer.device, buffer.size, buffer.dtype), []).append(buffer)
+    self.table = [kept.get(i) for i in range(position)]
+    self.order = [self.fresh.index(i) for i in outputs]  # each output of the flush among the fresh ones
+    self.synchronous = all(k.direct is not None for k in self.kernels)
+
+  def __call__(self, inputs: list) -> list | None:
+    """The flush's outputs (Tensors) computed from its inputs (Tensors), or None when an input is not a whole
+    buffer (a safety net: a Value's buffer is one)."""
+    bases = [t.uop.base for t in inputs]
+    if any(b.op is not Ops.BUFFER for b in bases):
+      return None
+    tensors, made = _fresh_outputs(self.templates)
+    table = list(self.table)
+    for i, base in enumerate(bases):
+      table[i] = buffers[base].ensure_allocated()
+    for i, buffer in zip(self.fresh, made):
+      table[i] = buffer
+    launch(self.kernels, table)
+    return [tensors[k] for k in self.order]
 
 
 # --- loop steps replayed by TinyJits (control_flow.py's loops, linalg.py's and eigen.py's factorizations)
