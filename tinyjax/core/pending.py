@@ -159,18 +159,26 @@ def _read_only(host: np.ndarray) -> np.ndarray:
 
 def append(traced, inputs: list[Value], source: str) -> list[Value]:
   """Add a traced call to the buffer; returns its output Values (pending unless known without running)."""
-  node = Node(traced, inputs, source)
-  outs = _outputs(node)
-  if traced.alone_key[1]:  # it computes something
+  outs, node = _outputs(traced, inputs, source)
+  if node is not None:
     _queue.n_eqns += traced.n_eqns
   return outs
 
 
-def _outputs(node: Node) -> list[Value]:
-  """The output Values of a traced call: pending on its node, an input returned unchanged, or a constant (known)."""
-  inputs = node.inputs
-  return [Value(aval, node, payload) if kind == COMPUTED else inputs[payload] if kind == INPUT
-          else Value(aval, host=payload) for kind, aval, payload in node.traced.outputs]
+def _outputs(traced, inputs: list[Value], source: str | None) -> tuple[list[Value], Node | None]:
+  """The output Values of a traced call, and the Node that computes those it computes (None if none): pending on
+  the node, an input returned unchanged, or a constant (known now)."""
+  node = None
+  outs = []
+  for kind, aval, payload in traced.outputs:
+    if kind == COMPUTED:
+      node = node or Node(traced, inputs, source)
+      outs.append(Value(aval, node, payload))
+    elif kind == INPUT:
+      outs.append(inputs[payload])
+    else:
+      outs.append(Value(aval, host=payload))
+  return outs, node
 
 
 def alone_key(traced) -> tuple:
@@ -183,17 +191,19 @@ def run_alone(traced, inputs: list[Value]) -> list[Value] | None:
   """The output Values of a call whose inputs are concrete, with nothing else pending, computed now by the program a
   flush of the call alone compiled (under the same key), or None while there is none: no buffer, no collection of
   the queue, no wiring (a jitted call's fast path)."""
-  node = Node(traced, inputs, None)
+  values, node = _outputs(traced, inputs, None)
+  if node is None:  # nothing to compute: its outputs are inputs or constants
+    return values
   backend = placed_backend(flush_backend(), inputs)
   wiring, outs = traced.alone_key
+  program_inputs = inputs
   if len(set(map(id, inputs))) < len(inputs):  # a Value passed twice is one input of the program, as in a flush
-    wiring, inputs, _ = _wired([node], ())
+    wiring, program_inputs, _ = _wired([node], ())
   with flush_lock:
     compiled = _compiled((backend, wiring, outs))
     if compiled is None:
       return None
-    values = _outputs(node)
-    execute(compiled, backend, [v for v in values if v.node is node], inputs)
+    execute(compiled, backend, [v for v in values if v.node is node], program_inputs)
   return values
 
 

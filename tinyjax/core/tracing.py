@@ -520,23 +520,32 @@ class CallSite:
       if not _fits(args[i], self.int_ranges):
         return _MISS
     inputs, arrays = [], []
-    for source, aval in zip(self.sources, self.avals):
-      leaf = leaves[source] if leaves is not None else kwargs[source] if type(source) is str else args[source]
-      if type(leaf) is Array:
-        value = leaf._value
-        if type(value) is DeletedValue:
-          value.to_host()  # raises JAX's error at the call
-        inputs.append(value)
-        arrays.append(leaf)
-      else:  # an eager call's Python scalar; a jitted call's Scalar, NumPy or JAX array
-        inputs.append(_scalar_value(leaf, aval) if leaves is None else input_value(leaf, aval))
+    if leaves is None:  # an eager call: its Arrays and Python scalars
+      for source, aval in zip(self.sources, self.avals):
+        leaf = kwargs[source] if type(source) is str else args[source]
+        if type(leaf) is Array:
+          value = leaf._value
+          if type(value) is DeletedValue:
+            value.to_host()  # raises JAX's error at the call
+          inputs.append(value)
+          arrays.append(leaf)
+        else:
+          inputs.append(_scalar_value(leaf, aval))
+    else:  # a jitted call: its leaves, Arrays, Scalars, NumPy and JAX arrays
+      concrete = True
+      for source, aval in zip(self.sources, self.avals):
+        inputs.append(value := input_value(leaf := leaves[source], aval))
+        if type(leaf) is Array:
+          arrays.append(leaf)
+          concrete = concrete and value.node is None
     traced = self.traced
     traced.check_policies()
     arrays = arrays if self.forwards else ()
-    if at_once and not pending.anything_pending() and all(v.node is None for v in inputs):
+    if at_once and concrete and not pending.anything_pending():
       values = pending.run_alone(traced, inputs)
       if values is not None:
-        return _tree(traced, _arrays(values, arrays), self.single)
+        outs = _arrays(values, arrays) if arrays else list(map(Array, values))
+        return outs[0] if self.single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
     return _appended(traced, inputs, arrays, self.single, user_source(own=2))  # own: this and call()
 
 
@@ -608,16 +617,11 @@ def _appended(traced, inputs, arrays, single: bool, source: str):
 
 
 def _arrays(values, arrays) -> list:
-  """Arrays of the call's output Values: an output that is an input unchanged (one of `arrays`' Values) is that
-  input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`)."""
-  if not arrays:
-    return list(map(Array, values))  # NB: _appended's fast path, inlined
+  """Arrays of the call's output Values, where an output is an input unchanged (one of `arrays`' Values): that
+  input's Array itself, as in JAX (`y is cond(p, f, g, x, y)[1]`). NB: without such inputs, list(map(Array, values)),
+  which its callers write themselves (one call less on every eager operation)."""
   forwarded = {id(a._value): a for a in arrays}
   return [Array(v) if (out := forwarded.get(id(v))) is None else out for v in values]
-
-
-def _tree(traced, outs: list, single: bool):
-  return outs[0] if single else jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 
 def _remember(key, fn, args, kwargs, leaves, treedef, traced, dynamic, avals, signature, scalars_dynamic,
@@ -651,8 +655,11 @@ def _remember(key, fn, args, kwargs, leaves, treedef, traced, dynamic, avals, si
 
 def _flattened(fn, args: tuple, kwargs: dict, static_scalars: bool):
   """The call's arguments with their Python scalars marked as traced (scalars_marked), and their leaves and tree."""
-  if not static_scalars and any(type(a) in _SCALAR_TYPES for a in args):
-    args = scalars_marked(fn, args, kwargs)
+  if not static_scalars:
+    for a in args:  # NB: a loop, not any() of a generator: a jitted call's dispatch asks it
+      if type(a) in _SCALAR_TYPES:
+        args = scalars_marked(fn, args, kwargs)
+        break
   return args, *jax.tree_util.tree_flatten((args, kwargs))  # NB: Arrays and Scalars are leaves
 
 
