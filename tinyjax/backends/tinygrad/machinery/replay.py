@@ -143,11 +143,11 @@ class Replayed:
     return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.written))
 
   def chainable(self) -> tuple | None:
-    """(its kernels, its number of inputs, the specs of its outputs) when the launcher replays it and its kernels
+    """(its kernels, the specs of its outputs) when the launcher replays it and its kernels
     write every output of the program (none is a constant, an input or empty): what a Chained launches; else None."""
     if self.kernels is None or len(self.written) != len(self.program.outputs):
       return None
-    return self.kernels, self.n_inputs, self.specs
+    return self.kernels, self.specs
 
   def launched(self, inputs) -> list | None:
     """The outputs of a replay by the launcher, which makes no kernel (so it needs no kernel context); None when
@@ -377,7 +377,7 @@ class Chained:
     free: dict[tuple, list] = {}  # (device, size, dtype) -> buffers no live value holds
     self.kernels, self.templates, self.fresh = [], [], []
     position = n_inputs  # of the next program's first output among the run's values
-    for (kernels, n_in, specs), inputs, done in zip(plans, step_inputs, released, strict=True):
+    for (kernels, specs), inputs, done in zip(plans, step_inputs, released, strict=True):
       at = (*inputs, *range(position, position + len(specs)))  # the program's parameters, numbered in the run
       self.kernels += [dataclasses.replace(k, args=tuple(at[a] if isinstance(a, int) else a for a in k.args),
                                            parameters=tuple((p, at[a]) for p, a in k.parameters)) for k in kernels]
