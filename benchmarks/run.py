@@ -311,7 +311,7 @@ def _replayed_by_run_linear(f, x, y):
   for _ in range(3):  # plain, captured, replayed
     jitted(x, y).block_until_ready()
   *_, compiled = pending._programs.values()
-  compiled.run.runner.kernels = None
+  compiled.runner.kernels = None
   return lambda: jitted(x, y).block_until_ready()
 
 

@@ -26,15 +26,17 @@ def auto_backend(tmp_path, monkeypatch):
   tinyjax.flush()
 
 
-def force(monkeypatch, backend: str):
-  """Make every trial choose `backend` (its outputs are those of a real run on that backend)."""
-  real = auto.AutoBackend._trial
+def force(monkeypatch, *backends: str):
+  """Make the trials choose `backends` in turn, the last one from then on (their outputs are those of a real run on
+  the chosen backend)."""
+  real, turns = auto.AutoProgram._trial, iter(backends)
 
-  def trial(self, candidates, inputs):
-    choice, _ = real(self, candidates, inputs)
-    outs = candidates[backend].run(self._moved(inputs, getattr(self, backend)))
-    return dict(choice, backend=backend), outs
-  monkeypatch.setattr(auto.AutoBackend, "_trial", trial)
+  def trial(self, inputs):
+    choice, _, _ = real(self, inputs)
+    backend = next(turns, backends[-1])
+    outs, placement = self.candidates[backend].run(self.auto.moved(inputs, getattr(self.auto, backend)))
+    return dict(choice, backend=backend), outs, placement
+  monkeypatch.setattr(auto.AutoProgram, "_trial", trial)
 
 
 def program(np_, x, y):
@@ -71,21 +73,14 @@ def test_a_remembered_choice_skips_the_trial(auto_backend, monkeypatch):
   program(tnp, tnp.asarray(X), tnp.asarray(Y)).block_until_ready()
   # a new process: a new backend reads the file, and must not measure again
   monkeypatch.setattr(selection, "_backends", {})
-  monkeypatch.setattr(auto.AutoBackend, "_trial", lambda *a: pytest.fail("measured a remembered program again"))
+  monkeypatch.setattr(auto.AutoProgram, "_trial", lambda *a: pytest.fail("measured a remembered program again"))
   result = tinyjax.explain(lambda: program(tnp, tnp.asarray(X), tnp.asarray(Y)))()
   assert set(result.segments) == {"xla"}
 
 
 def test_values_cross_between_backends(auto_backend, monkeypatch):
   """A value made on XLA feeds a program run on tinygrad, and back, with JAX's results."""
-  choices = iter(["xla", "tinygrad", "xla"])
-  real = auto.AutoBackend._trial
-
-  def trial(self, candidates, inputs):
-    choice, _ = real(self, candidates, inputs)
-    backend = next(choices)
-    return dict(choice, backend=backend), candidates[backend].run(self._moved(inputs, getattr(self, backend)))
-  monkeypatch.setattr(auto.AutoBackend, "_trial", trial)
+  force(monkeypatch, "xla", "tinygrad", "xla")
   x = tnp.asarray(X)
   a = tnp.sin(x) * 2.0
   a.block_until_ready()

@@ -408,8 +408,9 @@ def test_a_long_loop_cut_into_chunks_keeps_memory_flat(monkeypatch):
 
   def measured(*args):
     nonlocal most_bytes
-    execute(*args)
+    placement = execute(*args)
     most_bytes = max(most_bytes, GlobalCounters.mem_used)
+    return placement
   monkeypatch.setattr(pending, "execute", measured)
 
   def steps(n):

@@ -138,16 +138,26 @@ class XlaBackend(Backend):
     return None
 
   def compile(self, program):
-    n_in, n_eqns = len(program.in_avals), len(program.eqns)
     # NB: jax.jit compiles at the first run: XLA's compile is in that run's span
-    with profile.spanned("compile program", "program", backend=self.name, device=self.device.name, equations=n_eqns):
-      fn = compile_eqns(program.eqns, range(n_in), program.in_avals, program.outputs, program.n_slots)
-    counts = collections.Counter(("xla", e.name) for e in program.eqns)
+    with profile.spanned("compile program", "program", backend=self.name, device=self.device.name,
+                         equations=len(program.eqns)):
+      return XlaProgram(self, program)
 
-    def run(inputs):
-      if profile.active is not None:
-        with profile.active.span("run program", "program", backend=self.name, device=self.device.name,
-                                 equations=n_eqns):
-          return jax.block_until_ready(fn(*inputs))  # NB: waited for, so that the span is the run's
-      return fn(*inputs)
-    return Compiled.placed(run, Placement(counts, ("xla",) if program.eqns else (), 0))
+
+class XlaProgram(Compiled):
+  """A flushed program as one jax.jit of its equations; it always runs on XLA."""
+
+  def __init__(self, backend: XlaBackend, program):
+    self.backend, self.n_eqns = backend, len(program.eqns)
+    self.function = compile_eqns(program.eqns, range(len(program.in_avals)), program.in_avals, program.outputs,
+                                 program.n_slots)
+    self.placement = Placement(collections.Counter(("xla", e.name) for e in program.eqns),
+                               ("xla",) if program.eqns else (), 0)
+
+  def run(self, inputs):
+    if profile.active is not None:
+      backend = self.backend
+      with profile.active.span("run program", "program", backend=backend.name, device=backend.device.name,
+                               equations=self.n_eqns):
+        return jax.block_until_ready(self.function(*inputs)), self.placement  # NB: waited for: the span is the run's
+    return self.function(*inputs), self.placement

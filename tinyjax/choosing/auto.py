@@ -6,7 +6,7 @@ is warm, and the faster steady-state run wins. The choice and both times are rem
 (TINYJAX_AUTO_CACHE), so later processes skip the trial. `tinyjax.report()` says which backend ran each program and
 why.
 
-A program takes and makes buffers of the backend it runs on (Compiled.target); a value made by the other backend
+A program takes and makes buffers of the backend it runs on (AutoProgram.target); a value made by the other backend
 crosses through the host once, and keeps its buffer on both (tinyjax.core.buffer.Value.buffers).
 """
 import dataclasses
@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from tinyjax import config
-from tinyjax.ir.backend import Backend, Compiled, Placement
+from tinyjax.ir.backend import Backend, Compiled
 
 _TRIAL_RUNS = {"tinygrad": 4, "xla": 3}  # runs per backend in a trial; the last two are timed (tinygrad: the first
 # run compiles, the second is captured by TinyJit, the third replays; XLA: the first compiles)
@@ -32,7 +32,7 @@ class AutoBackend(Backend):
   def __init__(self, tinygrad: Backend, xla: Backend):
     self.tinygrad, self.xla = tinygrad, xla
     self.device = self.tinygrad.device
-    self._choices = _Choices(os.path.expanduser(config.validated("auto_cache")))
+    self.choices = _Choices(os.path.expanduser(config.validated("auto_cache")))
 
   def put(self, host):
     return self.tinygrad.put(host)
@@ -55,55 +55,63 @@ class AutoBackend(Backend):
   def _backend_of(self, buffer) -> Backend:
     return self.xla if isinstance(buffer, jax.Array) else self.tinygrad
 
-  def _moved(self, buffers: list, backend: Backend) -> list:
+  def moved(self, buffers: list, backend: Backend) -> list:
     """The buffers as `backend` takes them: those the other backend made cross through the host."""
     return [b if self._backend_of(b) is backend or isinstance(b, np.ndarray) and backend is self.tinygrad
             else backend.put(self.get(b)) for b in buffers]
 
   def compile(self, program) -> Compiled:
-    candidates = {"tinygrad": self.tinygrad.compile(program), "xla": self.xla.compile(program)}
-    key = _fingerprint(program, self.device)
-    chosen = dict(self._choices.get(key) or {})  # the choice: remembered, or measured at the first run
+    return AutoProgram(self, program)
 
-    def run(inputs: list) -> list:
-      if chosen:
-        return candidates[chosen["backend"]].run(inputs)
-      # the first run takes tinygrad's buffers (placement's target): measure, unless another program remembered it
-      if (choice := self._choices.get(key)) is not None:
-        chosen.update(choice)
-        return candidates[choice["backend"]].run(self._moved(inputs, getattr(self, choice["backend"])))
-      choice, outs = self._trial(candidates, inputs)
-      self._choices.put(key, choice)
-      chosen.update(choice)
-      return outs
 
-    described = [(None, None)]  # the chosen backend's placement last described, and its description
+class AutoProgram(Compiled):
+  """A program compiled by both backends; its first run chooses the one that runs it from then on (remembered in
+  TINYJAX_AUTO_CACHE, or measured by running both)."""
 
-    def placement() -> Placement:
-      if not chosen:
-        return Placement({}, (), 0, target=self.tinygrad)
-      ran = candidates[chosen["backend"]].placement()  # NB: read at each run: a rescue may change tinygrad's
-      if described[0][0] is not ran:  # NB: asked twice a call; made once per placement (a jitted call's 1.5 us)
-        described[0] = ran, dataclasses.replace(ran, reason=_reason(chosen, len(program.eqns)),
-                                                target=getattr(self, chosen["backend"]))
-      return described[0][1]
-    return Compiled(run, placement)
+  def __init__(self, auto: AutoBackend, program):
+    self.auto, self.n_eqns = auto, len(program.eqns)
+    self.candidates = {"tinygrad": auto.tinygrad.compile(program), "xla": auto.xla.compile(program)}
+    self.key = _fingerprint(program, auto.device)
+    self.chosen = None  # the choice: remembered, or made by the first run
+    self.target = auto.tinygrad  # NB: the first run takes tinygrad's buffers; later ones the chosen backend's
+    self.described = (None, None)  # the chosen backend's placement last described, and its description
+    if (choice := auto.choices.get(self.key)) is not None:
+      self._choose(choice)
 
-  def _trial(self, candidates: dict, inputs: list):
-    """Run the program on each backend until warm; the faster one's choice, and its outputs of the last run."""
-    times, outs = {}, {}
-    for name, backend in (("tinygrad", self.tinygrad), ("xla", self.xla)):
-      moved = self._moved(inputs, backend)
+  def run(self, inputs):
+    if self.chosen is not None:
+      outs, ran = self.candidates[self.chosen["backend"]].run(inputs)
+    elif (choice := self.auto.choices.get(self.key)) is not None:  # remembered, maybe by another program
+      self._choose(choice)
+      outs, ran = self.candidates[choice["backend"]].run(self.auto.moved(inputs, self.target))
+    else:
+      choice, outs, ran = self._trial(inputs)
+      self.auto.choices.put(self.key, choice)
+      self._choose(choice)
+    if self.described[0] is not ran:  # NB: made once per placement the chosen backend returns (a rescue makes one)
+      self.described = ran, dataclasses.replace(ran, reason=_reason(self.chosen, self.n_eqns))
+    return outs, self.described[1]
+
+  def _choose(self, choice: dict) -> None:
+    self.chosen, self.target = choice, getattr(self.auto, choice["backend"])
+
+  def _trial(self, inputs: list):
+    """Run the program on each backend until warm: the faster one's choice, and its outputs and placement of its last
+    run."""
+    times, runs = {}, {}
+    for name, backend in (("tinygrad", self.auto.tinygrad), ("xla", self.auto.xla)):
+      moved = self.auto.moved(inputs, backend)
       timed = []
       for _ in range(_TRIAL_RUNS[name]):
         start = time.perf_counter()
-        outs[name] = candidates[name].run(moved)
-        for buffer in outs[name]:
+        runs[name] = self.candidates[name].run(moved)
+        for buffer in runs[name][0]:
           backend.wait(buffer)
         timed.append(time.perf_counter() - start)
       times[name] = min(timed[-2:])
     best = min(times, key=times.get)
-    return {"backend": best, "tinygrad_ms": times["tinygrad"] * 1e3, "xla_ms": times["xla"] * 1e3}, outs[best]
+    return {"backend": best, "tinygrad_ms": times["tinygrad"] * 1e3, "xla_ms": times["xla"] * 1e3}, *runs[best]
+
 
 def _reason(choice: dict, n_eqns: int) -> str:
   return (f"auto ran a program of {n_eqns} equations on {choice['backend']}: {choice['tinygrad_ms']:.3g} ms per run "

@@ -24,7 +24,7 @@ from jax.extend.core import ClosedJaxpr
 from tinyjax import config
 from tinyjax.ir import float64
 from tinyjax.choosing.selection import backend_for
-from tinyjax.ir.backend import Backend, wrap_compiled
+from tinyjax.ir.backend import Backend, Compiled
 from tinyjax.ir.program import Program
 
 # Relative tolerance by dtype: looser than the oracle tests' per rule, since a program accumulates the per-rule
@@ -85,29 +85,14 @@ class Checking(Backend):
     return self.inner.supports_dtype(dtype)
 
   def compile(self, program: Program):
-    compiled = self.inner.compile(program)
-    reference = _xla().compile(program)
+    return Checked(self, program)
 
-    def run(inputs):
-      hosts = [np.asarray(self.inner.get(x)) for x in inputs]
-      outs = compiled.run(inputs)
-      expected = [np.asarray(x) for x in reference.run(hosts)]
-      for index, (ours, theirs) in enumerate(zip(outs, expected, strict=True)):
-        if (what := _difference(np.asarray(self.inner.get(ours)), theirs, self._rtol)) is not None:
-          raise self._blame(program, hosts) or self._blame_together(program, hosts) or CheckError(
-            f"output {index} of a program of {len(program.eqns)} equations differs from XLA on {self.name} "
-            f"({self.device}): {what}\n  no equation's result differs, alone or run with those before it: the "
-            f"difference appears only when the whole program runs (fusion with later equations), or it is not "
-            f"reproducible")
-      return outs
-    return wrap_compiled(compiled, run)
-
-  def _rtol(self, dtype) -> float:
+  def rtol(self, dtype) -> float:
     if np.dtype(dtype) in float64.NARROWER and float64.downcasting(self.inner):
       dtype = float64.NARROWER[np.dtype(dtype)]  # NB: TINYJAX_F64=downcast computes float64 in float32: judged so
     return RTOL.get(np.dtype(dtype), 1e-6)
 
-  def _blame(self, program: Program, hosts: list) -> CheckError | None:
+  def blame(self, program: Program, hosts: list) -> CheckError | None:
     """The error naming the first equation whose result differs from XLA's, given the backend's values."""
     env = hosts + [None] * (program.n_slots - len(hosts))
     for eqn in program.eqns:
@@ -115,19 +100,19 @@ class Checking(Backend):
       inputs = [env[s] for s in slots]
       ours = _run(self.inner, alone, inputs)
       for index, (mine, theirs) in enumerate(zip(ours, _run(_xla(), alone, inputs), strict=True)):
-        if (what := _difference(mine, theirs, self._rtol)) is not None:
+        if (what := _difference(mine, theirs, self.rtol)) is not None:
           return self._error(eqn, index, what)
       for slot, value in zip(eqn.outputs, ours):
         env[slot] = value
     return None
 
-  def _blame_together(self, program: Program, hosts: list) -> CheckError | None:
+  def blame_together(self, program: Program, hosts: list) -> CheckError | None:
     """When every equation alone agrees: the error naming the first equation whose result differs when it runs
     together with the equations before it (a difference made by fusing them)."""
     for k, eqn in enumerate(program.eqns):
       prefix = Program(program.in_avals, program.eqns[:k + 1], eqn.outputs, program.n_slots)
       for index, (mine, theirs) in enumerate(zip(_run(self.inner, prefix, hosts), _run(_xla(), prefix, hosts))):
-        if (what := _difference(mine, theirs, self._rtol)) is not None:
+        if (what := _difference(mine, theirs, self.rtol)) is not None:
           return self._error(eqn, index, what, f"alone it agrees, but not run together with the equations before "
                                                f"it ({k}): the way they are fused makes the difference")
     return None
@@ -140,7 +125,30 @@ class Checking(Backend):
       f"  output {index} ({eqn.out_avals[index].str_short()}): {what}")
 
 
+class Checked(Compiled):
+  """A program of the checked backend: its outputs compared with XLA's at each run (the blame, if they differ)."""
+
+  def __init__(self, checking: Checking, program: Program):
+    self.checking, self.program = checking, program
+    self.compiled, self.reference = checking.inner.compile(program), _xla().compile(program)
+
+  def run(self, inputs):
+    checking, program = self.checking, self.program
+    hosts = [np.asarray(checking.inner.get(x)) for x in inputs]
+    outs, placement = self.compiled.run(inputs)
+    expected, _ = self.reference.run(hosts)
+    for index, (ours, theirs) in enumerate(zip(outs, expected, strict=True)):
+      if (what := _difference(np.asarray(checking.inner.get(ours)), np.asarray(theirs), checking.rtol)) is not None:
+        raise checking.blame(program, hosts) or checking.blame_together(program, hosts) or CheckError(
+          f"output {index} of a program of {len(program.eqns)} equations differs from XLA on {checking.name} "
+          f"({checking.device}): {what}\n  no equation's result differs, alone or run with those before it: the "
+          f"difference appears only when the whole program runs (fusion with later equations), or it is not "
+          f"reproducible")
+    return outs, placement
+
+
 @functools.cache
+
 def _xla() -> Backend:
   return backend_for("xla", "")
 
@@ -157,7 +165,7 @@ def _alone(eqn):
 
 
 def _run(backend: Backend, program: Program, hosts: list) -> list[np.ndarray]:
-  outs = backend.compile(program).run([backend.put(h) for h in hosts])
+  outs, _ = backend.compile(program).run([backend.put(h) for h in hosts])
   return [np.asarray(backend.get(x)) for x in outs]
 
 

@@ -405,9 +405,9 @@ class Sequence:
   own key, shared with every flush that holds the same chunk) and where its inputs come from, in order. A flush of
   the same structure runs it again without cutting, wiring and looking up each chunk; once the backend can run the
   chunks' programs together (Backend.chain: tinygrad's launcher, one list of their kernels), it runs them so."""
-  __slots__ = ("steps", "outputs", "released", "chained", "placements", "tries")
+  __slots__ = ("steps", "outputs", "released", "placed", "chained", "counted", "tries")
 
-  def __init__(self, steps, outputs):
+  def __init__(self, steps, outputs, placed):
     self.steps = steps  # (compiled, positions of its inputs in the run's values, avals of its outputs)
     self.outputs = outputs  # positions of the flush's outputs in the run's values
     # NB: a value between chunks is let go after the last chunk that reads it, so that a chunk run again and again
@@ -417,23 +417,24 @@ class Sequence:
     for i, k in last_read.items():
       if i not in outputs:
         self.released[k].append(i)
+    self.placed = placed  # what each step's last run executed where
     self.chained = None  # the steps run as one by the backend (Backend.chain), once it can
-    self.placements: list = []  # (placement, runs) of the steps, counted at each chained run
+    self.counted: list = []  # (placement, runs) of the steps, counted at each chained run
     self.tries = CHAIN_TRIES
 
   def run(self, backend, values: list[Value], input_values: list[Value]) -> None:
     if profile.active is None and (self.chained is not None or self._chain(backend, len(input_values))):
       outs = self.chained([v.buffer_on(backend) for v in input_values])
-      if outs is not None:
-        for placement, runs in self.placements:
+      if outs is not None:  # NB: each step executed where its last run did (Backend.chain)
+        for placement, runs in self.counted:
           report.record_run(placement, runs)
         for value, out in zip(values, outs, strict=True):
           value.buffers, value.node, value.host = {backend: out}, None, None
         return
     made = list(input_values)  # NB: the values of a run: the flush's inputs, then each chunk's outputs in order
-    for (compiled, inputs, avals), released in zip(self.steps, self.released):
+    for k, ((compiled, inputs, avals), released) in enumerate(zip(self.steps, self.released)):
       outs = [Value(aval) for aval in avals]
-      execute(compiled, backend, outs, [made[i] for i in inputs])
+      self.placed[k] = execute(compiled, backend, outs, [made[i] for i in inputs])
       made += outs
       for i in released:
         made[i] = None
@@ -450,10 +451,10 @@ class Sequence:
     self.chained = backend.chain(self.steps, n_inputs, self.outputs, self.released)
     if self.chained is None:
       return False
-    placements = {}  # id -> [placement, runs]
-    for compiled, _, _ in self.steps:
-      placements.setdefault(id(placement := compiled.placement()), [placement, 0])[1] += 1
-    self.placements = list(placements.values())
+    runs = {}  # id -> [placement, runs]
+    for placement in self.placed:
+      runs.setdefault(id(placement), [placement, 0])[1] += 1
+    self.counted = list(runs.values())
     return True
 
 
@@ -474,17 +475,17 @@ def _run_chunks(chunks, values: list[Value], input_values: list[Value], backend,
           seen.add(id(v))
           outputs[chunk_of[v.node.serial]].append(v)
   made = {id(v): i for i, v in enumerate(input_values)}  # id(value) -> its position in a run's values
-  steps = []
+  steps, placed = [], []
   for k, chunk in enumerate(chunks):
     outs, outputs[k] = outputs[k], None
     wiring, chunk_inputs, positions = _wired(chunk, outs)
     key = (backend, wiring, positions)
     compiled = _compiled(key) or _remember(key, _compile(chunk, wiring, chunk_inputs, positions, backend))
     steps.append((compiled, tuple(made[id(v)] for v in chunk_inputs), tuple(v.aval for v in outs)))
-    execute(compiled, backend, outs, chunk_inputs)  # NB: its outputs become concrete: later chunks read them
+    placed.append(execute(compiled, backend, outs, chunk_inputs))  # NB: its outputs concrete: later chunks read them
     made.update({id(v): len(made) + i for i, v in enumerate(outs)})
     chunks[k] = chunk = None  # NB: run: its calls, and the values they read, are let go (memory stays flat)
-  return None if later else Sequence(steps, tuple(made[id(v)] for v in values))
+  return None if later else Sequence(steps, tuple(made[id(v)] for v in values), placed)
 
 
 def _compiled(key):
@@ -495,18 +496,17 @@ def _compiled(key):
   return compiled
 
 
-def execute(compiled, backend, values: list[Value], input_values: list[Value]) -> None:
+def execute(compiled, backend, values: list[Value], input_values: list[Value]):
   """Run a compiled program on its inputs' buffers (under flush_lock): `values` become its outputs, concrete, and
-  the run is counted in the report."""
+  the run is counted in the report. Returns what the run executed where."""
   # NB: auto's programs take and make buffers of the backend they run on, which their first run chooses
-  target = compiled.placement().target or backend
-  results = compiled.run([v.buffer_on(target) for v in input_values])
-  placement = compiled.placement()  # NB: after the run, which may have decided it (auto's choice, a rescue)
+  results, placement = compiled.run([v.buffer_on(compiled.target or backend) for v in input_values])
   report.record_run(placement)
-  made_on = placement.target or backend
+  made_on = compiled.target or backend
   for value, result in zip(values, results, strict=True):
     value.buffers = {made_on: result}
     value.node = value.host = None
+  return placement
 
 
 def _build(nodes, wiring, inputs, outs):

@@ -1,8 +1,8 @@
 """The backend interface: what every backend implements, and the errors of the fallback policy.
 
 A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
-equation (`why_not`, `supports`) and compiles a flushed Program into a runner (`compile`). Which backend is in effect, and
-the fallback policy, are in tinyjax.choosing.selection (above the concrete backends, which import this module).
+equation (`why_not`, `supports`) and compiles a flushed Program into a Compiled, which runs it and says what each run
+executed where (`compile`). Which backend is in effect, and the fallback policy, are in tinyjax.choosing.selection (above the concrete backends, which import this module).
 """
 import abc
 import dataclasses
@@ -32,21 +32,18 @@ class Placement:
   segments: tuple  # backend name of each segment, in order
   bytes_crossed: int  # bytes moved between backends per run
   reason: str = ""  # why it runs where it does, when a choice was made (TINYJAX_BACKEND=auto)
-  target: "Backend | None" = None  # the backend whose buffers a run takes and returns, if not the compiling one
 
 
-@dataclasses.dataclass(frozen=True)
-class Compiled:
-  """A program ready to run: `run(input buffers) -> output buffers`, and `placement()`, what a run executes where
-  now: fixed when compiled, except that tinygrad's rescue (a kernel it cannot compile) and auto's first run (which
-  chooses a backend) decide it at a run."""
-  run: Callable[[list], list]
-  placement: Callable[[], Placement]
+class Compiled(abc.ABC):
+  """A program ready to run. `run(input buffers) -> (output buffers, placement)`: the placement says what that run
+  executed where (fixed when compiled, except where a run decides it: tinygrad's rescue of a kernel it cannot
+  compile, auto's choice of a backend at its first run). `target`: the backend whose buffers it takes and makes
+  (at its next run), where that is not the backend that compiled it (auto's)."""
+  target: "Backend | None" = None
 
-  @classmethod
-  def placed(cls, run: Callable[[list], list], placement: Placement) -> "Compiled":
-    """A Compiled whose placement never changes."""
-    return cls(run, lambda: placement)
+  @abc.abstractmethod
+  def run(self, inputs: list) -> tuple[list, Placement]:
+    """The outputs computed from `inputs`, and what this run executed where."""
 
 
 class Backend(abc.ABC):
@@ -86,7 +83,7 @@ class Backend(abc.ABC):
   def chain(self, steps: list, n_inputs: int, outputs: tuple, released: list):
     """A flush cut into programs (core.pending.Sequence: `steps` of (compiled, where its inputs are, its output
     avals)) as one runner, `run(input buffers) -> output buffers or None`, where the backend runs them together
-    faster than one by one; None where it does not (yet)."""
+    faster than one by one (each program then executing where its last run did); None where it does not (yet)."""
     return None
 
   def is_split(self, buffer) -> bool:
@@ -106,11 +103,6 @@ class Backend(abc.ABC):
 
   def __repr__(self):
     return f"<{self.name} backend on {self.device}>"
-
-
-def wrap_compiled(inner: Compiled, run: Callable[[list], list]) -> Compiled:
-  """A Compiled that runs `run` (which calls `inner.run`) and executes where `inner` does."""
-  return dataclasses.replace(inner, run=run)
 
 
 class DeviceNotFoundError(RuntimeError):

@@ -20,7 +20,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, jaxprs_in_params, primitives
 
 from tinyjax import config
-from tinyjax.ir.backend import wrap_compiled
+from tinyjax.ir.backend import Compiled
 from tinyjax.ir.program import Const, Eqn, Program, interpret, program_of, read_outputs
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -88,21 +88,24 @@ def downcast(program: Program) -> Program:
   return narrow
 
 
-def widened(backend, compiled, program: Program):
+class Widened(Compiled):
   """`compiled`, the downcast `program`, run on `program`'s buffers: float64 inputs (host arrays, which is how the
   backend keeps a dtype its device lacks) enter as float32, float64 outputs leave as float64 host arrays."""
-  avals = dict(enumerate(program.in_avals))
-  avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
-  wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype in NARROWER}
-  wide_out = {i: aval.dtype for i, a in enumerate(program.outputs)
-              if (aval := avals[a] if isinstance(a, int) else a.aval).dtype in NARROWER}
 
-  def run(inputs):
-    inputs = [backend.put(_narrowed(backend.get(x))) if i in wide_in else x for i, x in enumerate(inputs)]
-    outs = compiled.run(inputs)
+  def __init__(self, backend, compiled: Compiled, program: Program):
+    self.backend, self.compiled = backend, compiled
+    avals = dict(enumerate(program.in_avals))
+    avals.update((s, a) for e in program.eqns for s, a in zip(e.outputs, e.out_avals))
+    self.wide_in = {i for i, a in enumerate(program.in_avals) if a.dtype in NARROWER}
+    self.wide_out = {i: aval.dtype for i, a in enumerate(program.outputs)
+                     if (aval := avals[a] if isinstance(a, int) else a.aval).dtype in NARROWER}
+
+  def run(self, inputs):
+    backend, wide_out = self.backend, self.wide_out
+    outs, placement = self.compiled.run([backend.put(_narrowed(backend.get(x))) if i in self.wide_in else x
+                                         for i, x in enumerate(inputs)])
     # NB: downcast values are float32 on the device; read as the float64 arrays the program promised
-    return [np.asarray(backend.get(x), wide_out[i]) if i in wide_out else x for i, x in enumerate(outs)]
-  return wrap_compiled(compiled, run)
+    return [np.asarray(backend.get(x), wide_out[i]) if i in wide_out else x for i, x in enumerate(outs)], placement
 
 
 def _narrowed(value) -> np.ndarray:

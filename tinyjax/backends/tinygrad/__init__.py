@@ -5,7 +5,7 @@ segments.
 
 The parts, in the order a flush uses them: device.py (the device, data in and out), plan.py (what runs where, the
 segments), the rule table (table.py, filled by the rule modules), replay.py (realize, capture, replay) and
-rescue.py (XLA when tinygrad cannot compile a kernel).
+program.py (a compiled program's states: built, launched, rescued by XLA when tinygrad cannot compile a kernel).
 """
 import functools
 import time
@@ -20,12 +20,12 @@ from tinyjax.backends.tinygrad.rules import (  # noqa: F401  (each module fills 
   special)
 from tinyjax.backends.tinygrad.machinery.amendments import amend, kernel_context, kernels_timed
 from tinyjax.backends.tinygrad.machinery.replay import Chained, Replayed, realized
-from tinyjax.backends.tinygrad.machinery.rescue import Rescuable
+from tinyjax.backends.tinygrad.machinery.program import TinygradProgram
 from tinyjax.backends.tinygrad.machinery.split import SplitReplay, Splittable, is_split
 from tinyjax.backends.tinygrad.machinery.runtimes import locate_dawn
 from tinyjax.backends.tinygrad.table import COMPLEX_RULES, LAYOUTS, RULES, RuleContext, tg_dtype
 from tinyjax.ir import float64, profile
-from tinyjax.ir.backend import Backend, Compiled, Placement
+from tinyjax.ir.backend import Backend, Placement
 from tinyjax.ir.spmd import split_axis
 from tinyjax.ir.program import interpret, read_outputs
 
@@ -215,14 +215,10 @@ class TinygradBackend(Backend):
     return Replayed(run, lazy, program, self.const, plain_runs=STEPPED_PLAIN_RUNS if planned.stepped else 1)
 
   def chain(self, steps, n_inputs, outputs, released):
-    """The programs as one list of launches (replay.Chained), once the launcher replays each of them."""
-    plans = []
-    for compiled, _, _ in steps:
-      rescuable = compiled.run
-      if (not isinstance(rescuable, Rescuable) or rescuable.on_xla is not None
-              or not isinstance(rescuable.runner, Replayed) or (plan := rescuable.runner.chainable()) is None):
-        return None
-      plans.append(plan)
+    """The programs as one list of launches (replay.Chained), once the launcher runs each of them."""
+    plans = [compiled.launch_plan() if isinstance(compiled, TinygradProgram) else None for compiled, _, _ in steps]
+    if None in plans:
+      return None
     chained = Chained(plans, [inputs for _, inputs, _ in steps], n_inputs, outputs, released)
 
     def run(inputs):
@@ -237,16 +233,12 @@ class TinygradBackend(Backend):
     return TinygradBackend(self.tg_device[0])
 
   # --- compiling a flushed program
-  def compile(self, program) -> Compiled:
+  def compile(self, program):
     if float64.downcasting(self) and (narrow := float64.downcast(program)) is not program:
-      return float64.widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
+      return float64.Widened(self, self.compile(narrow), program)  # NB: TINYJAX_F64=downcast computes in float32
     # NB: tinygrad compiles the kernels at the program's first run: their compiles are in that run's span
     with profile.spanned("compile program", "program", backend=self.name, device=self.device.name,
                          equations=len(program.eqns)):
       planned = self.plan_of(program)
-      inner = self.runner(program)
-      runner = carried.at_boundary(inner, program)
-      rescuable = Rescuable(self, runner, program, Placement(planned.counts, planned.segments, planned.bytes_crossed))
-    if isinstance(inner, Splittable):  # the report says whether it ran split or gathered
-      return Compiled(rescuable, lambda: inner.placement(rescuable.placement))
-    return Compiled(rescuable, lambda: rescuable.placement)
+      placement = Placement(planned.counts, planned.segments, planned.bytes_crossed)
+      return TinygradProgram(self, self.runner(program), program, placement)

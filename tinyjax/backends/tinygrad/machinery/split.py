@@ -5,14 +5,11 @@ gathered: on the set's first device, its inputs gathered there and its outputs c
 
 NB: the values are the same either way; only where the work runs differs, and the report says which.
 """
-import dataclasses
-
 from tinygrad import Tensor, TinyJit
 from tinygrad.engine.jit import JitError
 from tinygrad.uop.ops import Ops
 
 from tinyjax.backends.tinygrad.machinery.replay import realized
-from tinyjax.ir.backend import Placement
 
 
 class SplitReplay:
@@ -74,26 +71,14 @@ def is_split(buffer) -> bool:
 
 class Splittable:
   """Runs `split_run` (the program over the device set) or, once it failed, the program on the first device (made by
-  `gathered_runner()`) on the inputs gathered there, its outputs copied back to every device of `devices`."""
+  `gathered_runner()`) on the inputs gathered there, its outputs copied back to every device of `devices`.
+  `reason`: where it runs, for the report: split over the set, or gathered and why."""
 
   def __init__(self, split_run, gathered_runner, devices: tuple):
     self.split_run, self.gathered_runner, self.devices = split_run, gathered_runner, devices
     self.gathered_run = None  # once gathered
-    self.why = ""  # why it runs gathered: tinygrad's message
-    self._placed = (None, None)  # ((id of the placement given, split), the placement returned)
+    self.reason = f"split over {','.join(devices)}"
     self.checked = False  # a split run's outputs were checked whole (_whole)
-
-  def placement(self, placed: Placement) -> Placement:
-    """`placed` (what a run executes where), with where it ran: split over the set, or gathered and why."""
-    if placed.segments == ("xla",):  # rescued: XLA ran it
-      return placed
-    key = (id(placed), self.gathered_run is None)
-    if self._placed[0] != key:
-      names = ",".join(self.devices)
-      reason = (f"split over {names}" if self.gathered_run is None else
-                f"gathered on {self.devices[0]} from {names} (tinygrad does not split it: {self.why})")
-      self._placed = (key, dataclasses.replace(placed, reason=reason))
-    return self._placed[1]
 
   def __call__(self, inputs):
     if self.gathered_run is None:
@@ -104,7 +89,8 @@ class Splittable:
         self.checked = True
         return outs
       except Exception as error:  # noqa: BLE001  (tinygrad's multi-device rewrites assert; gathered is the plain run)
-        self.why = f"{type(error).__name__}: {str(error).partition(chr(10))[0]}"
+        self.reason = (f"gathered on {self.devices[0]} from {','.join(self.devices)} (tinygrad does not split it: "
+                       f"{type(error).__name__}: {str(error).partition(chr(10))[0]})")
         self.gathered_run = self.gathered_runner()
     # NB: the inputs gathered are realized first: a program built on the lazy gathers is one graph, which tinygrad's
     # rewrite of the copies between devices may not finish
