@@ -36,7 +36,7 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
 
   NB: donation is accepted and ignored (tinyjax Arrays are immutable values; buffers are freed when unreferenced).
   Each call is dispatched at once (flushed), as JAX dispatches a jitted call, so a loop of calls replays one
-  captured program instead of growing the buffer.
+  captured program instead of growing the pending queue.
   """
   if fun is None:
     return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames, **kwargs)
@@ -66,7 +66,7 @@ def declare_jit(jitted, fun, static_argnums=None, static_argnames=None, **option
 
 def call_jitted(jitted, args, kwargs):
   """A call of JAX's jitted function on the backend, dispatched at once (flushed) as JAX dispatches a jitted call,
-  so that a loop of calls replays one captured program instead of growing the buffer. A call whose program is
+  so that a loop of calls replays one captured program instead of growing the pending queue. A call whose program is
   compiled already, with concrete inputs and nothing else pending, runs it at once (tracing.CallSite)."""
   out = tracing.call(jitted, args, kwargs, at_once=True)
   if pending.anything_pending():
@@ -87,8 +87,8 @@ def _apply(fn, *args):
 
 
 class _LazyFunction:
-  """A function returned by a JAX transformation (a pytree of residuals), called through the buffer; its attributes
-  are JAX's (`vjp_fun.args_res`: the residuals, tinyjax Arrays)."""
+  """A function returned by a JAX transformation (a pytree of residuals), called through the pending queue; its
+  attributes are JAX's (`vjp_fun.args_res`: the residuals, tinyjax Arrays)."""
 
   def __init__(self, fn):
     self._fn = fn
@@ -144,14 +144,14 @@ def _call_as(cls, f, *args, **kwargs):
 
 
 class custom_jvp(jax.custom_jvp):  # noqa: N801  (JAX's name)
-  """jax.custom_jvp whose calls on tinyjax Arrays go through the buffer."""
+  """jax.custom_jvp whose calls on tinyjax Arrays go through the pending queue."""
 
   def __call__(self, *args, **kwargs):
     return tracing.call(_call_as, (jax.custom_jvp, self, *args), kwargs)
 
 
 class custom_vjp(jax.custom_vjp):  # noqa: N801  (JAX's name)
-  """jax.custom_vjp whose calls on tinyjax Arrays go through the buffer."""
+  """jax.custom_vjp whose calls on tinyjax Arrays go through the pending queue."""
 
   def __call__(self, *args, **kwargs):
     return tracing.call(_call_as, (jax.custom_vjp, self, *args), kwargs)

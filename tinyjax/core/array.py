@@ -1,7 +1,7 @@
 """`tinyjax.Array`: jax.Array's surface over a lazy Value.
 
 Shape, dtype and weak type are known at once (from the traced aval); reading the data (`__array__`, repr,
-`item`, `__bool__`, `block_until_ready`) flushes the buffer. Operators and methods go through the
+`item`, `__bool__`, `block_until_ready`) flushes the pending queue. Operators and methods go through the
 tinyjax.numpy mirror, i.e. through JAX's own implementations, so promotion and errors are JAX's.
 """
 

@@ -80,7 +80,7 @@ class DeletedValue(Value):
 
 
 class Node:
-  """One traced call in the buffer: its ClosedJaxpr, its input Values and the user's line that made it."""
+  """One traced call in the pending queue: its ClosedJaxpr, its input Values and the user's line that made it."""
   __slots__ = ("traced", "inputs", "serial", "source")
   _serials = iter(range(1 << 62))
 
@@ -158,7 +158,7 @@ def _read_only(host: np.ndarray) -> np.ndarray:
 
 
 def append(traced, inputs: list[Value], source: str) -> list[Value]:
-  """Add a traced call to the buffer; returns its output Values (pending unless known without running)."""
+  """Add a traced call to the pending queue; returns its output Values (pending unless known without running)."""
   outs, node = _outputs(traced, inputs, source)
   if node is not None:
     _queue.n_eqns += traced.n_eqns
@@ -208,7 +208,8 @@ def run_alone(traced, inputs: list[Value]) -> list[Value] | None:
 
 
 def track(arrays) -> None:
-  """Register the Arrays among `arrays` whose values are pending; flush when the buffer has grown past its bound."""
+  """Register the Arrays among `arrays` whose values are pending; flush when the queue has grown past its bound
+  (TINYJAX_BUFFER_LIMIT)."""
   queue = _queue
   for array in arrays:
     if array._value.node is not None:
@@ -223,7 +224,7 @@ _buffer_limit = config.reader("buffer_limit")
 def flush(extra=(), whole: bool = True) -> None:
   """Run every pending value that a live Array (or `extra`) can still read, as one program (or a few: `run`).
 
-  Not `whole` (the buffer's bound reached, nothing read): the last chunk stays pending, so that the next flush
+  Not `whole` (the queue's bound reached, nothing read): the last chunk stays pending, so that the next flush
   begins where a chunk would (`_cut`), not at the call that crossed the bound."""
   with flush_lock:
     arrays = [a for r in _queue.pending if (a := r()) is not None]
@@ -376,7 +377,7 @@ def _cut(nodes) -> list[list[Node]]:
   compile): a long eager chain flushed whole was one program whose build took minutes. Cut into chunks, each
   program's build is bounded, and a loop's chunks repeat: the same structure, compiled once and replayed. Once a
   chunk's cost reaches CHUNK_COST, it ends before the next call of the function traced first among its calls: the
-  cuts of a loop fall at the same place of its step whatever the phase the flush began at (a flush by the buffer
+  cuts of a loop fall at the same place of its step whatever the phase the flush began at (a flush by the queue
   limit ends anywhere in a step), so its chunks have one structure (a few, when that function is called more than
   once a step). Cut before that call, not after it, a loop that begins at that call is whole steps from its first
   chunk to its last (cut after it, the first and the last chunks were two structures more, each a new kernel). A

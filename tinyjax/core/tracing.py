@@ -1,4 +1,5 @@
-"""Calls of JAX functions on tinyjax inputs: trace once on abstract values, append to the buffer, return lazy Arrays.
+"""Calls of JAX functions on tinyjax inputs: trace once on abstract values, append to the pending queue, return lazy
+Arrays.
 
 `call(fn, args, kwargs)` is the single entry point every mirrored function goes through:
 - inside a JAX transformation (a trace is current, or an input is a tracer), defer to `fn` itself, so that the call
@@ -493,9 +494,9 @@ class CallSite:
 
   An eager call is keyed by its arguments themselves (`_call_key`: no flattening), its inputs found by an argument's
   index or a keyword; a jitted call by its flattened leaves (`_leaves_key`, as JAX's jit keys its calls: parameters
-  come as pytrees), its inputs found by a leaf's index. A later call with the same key is appended to the buffer as
-  the general way appends it; a jitted one with concrete inputs and nothing else pending runs at once the program
-  that a flush of it alone compiled (pending.run_alone): no trace, no Node in the buffer, no wiring of the queue."""
+  come as pytrees), its inputs found by a leaf's index. A later call with the same key is appended to the queue as the
+  general way appends it; a jitted one with concrete inputs and nothing else pending runs at once the program
+  that a flush of it alone compiled (pending.run_alone): no trace, no Node, no wiring of the queue."""
   __slots__ = ("traced", "context", "generation", "signature", "scalars_dynamic", "sources", "avals", "ints",
                "int_ranges", "forwards", "single")
 
