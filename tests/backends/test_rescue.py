@@ -40,12 +40,18 @@ def test_kernel_compile_failure_is_rescued_by_xla(monkeypatch, policy, failure, 
   _failing_compiler(monkeypatch, failure)
   # NB: shapes no other test uses: their kernels are not compiled yet (and a rescued program stays rescued)
   x = np.linspace(-2, 2, size, dtype=np.float32)
+  before = tinyjax.report().primitives.copy()
   with pytest.warns(RuntimeWarning, match="could not compile a kernel .*sin x1.*XLA runs that program") as caught:
     line = sys._getframe().f_lineno + 1
     y = tnp.sin(x) * 3 + 1.5
     np.asarray(y)
   assert caught[0].filename == _FILE and caught[0].lineno == line
   assert_like_jax(y, jnp.sin(x) * 3 + 1.5)
+  # the run that was rescued, and every later run of that program, is counted as XLA's in the report
+  z = tnp.sin(x) * 3 + 1.5
+  np.asarray(z)
+  ran = tinyjax.report().primitives - before
+  assert ran[("xla", "sin")] == 2 and not any(backend == "tinygrad" for backend, _ in ran), ran
 
 
 def test_other_runtime_errors_are_not_rescued(monkeypatch):
@@ -59,7 +65,7 @@ def test_kernel_compile_failure_raises_under_fallback_error(monkeypatch):
   monkeypatch.setenv("TINYJAX_FALLBACK", "error")
   _failing_compiler(monkeypatch)
   x = np.linspace(-2, 2, 23, dtype=np.float32)  # NB: a shape no other test uses: its kernels are not compiled yet
-  flushes = tinyjax.report().primitives
+  flushes = tinyjax.report().primitives.copy()  # NB: a copy: the report counts on
   line = sys._getframe().f_lineno + 1
   y = tnp.cos(x) - 4
   with warnings.catch_warnings():
