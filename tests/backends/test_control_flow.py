@@ -11,6 +11,7 @@ from jax import lax
 
 import tinyjax
 import tinyjax.lax
+import tinyjax.numpy
 import oracle
 from oracle import check, native
 from tinyjax.backends.tinygrad.rules import control_flow
@@ -221,6 +222,22 @@ def test_a_long_lax_map_inside_a_short_one():
   ys = RNG.standard_normal((5, 5)).astype(np.float32)
   check_traced(lambda xs, ys: lax.map(lambda b: lax.map(lambda row: jnp.dot(row, b), xs), ys), xs, ys, rtol=1e-5,
                atol=1e-6)
+
+
+def test_an_empty_input_of_a_replayed_segment():
+  """linalg_test's testLstsq with a (3, 1) matrix and a (3, 0) right-hand side, jitted and called until its segments
+  (between the SVD's host-read loops) are captured and replayed: an empty value among a segment's inputs has no
+  buffer, and none is made for it (its copy, made as for a view, had none either: the replay looked it up and
+  raised KeyError)."""
+  rng = np.random.default_rng(3)
+  for rcond in (-1, None):
+    ours = tinyjax.jit(lambda a, b: tinyjax.numpy.linalg.lstsq(a, b, rcond=rcond))
+    theirs = jax.jit(lambda a, b: jnp.linalg.lstsq(a, b, rcond=rcond))
+    for _ in range(6):
+      a, b = rng.standard_normal((3, 1)).astype(np.float32), np.zeros((3, 0), np.float32)
+      with oracle.on_tinygrad():
+        actual = ours(a, b)
+      oracle.assert_like_jax(actual, theirs(a, b), rtol=1e-5, atol=1e-6)
 
 
 def triangular_recurrence(n, a):

@@ -59,8 +59,9 @@ def distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
   # NB: contiguous() of a view that is contiguous in memory (a loop's row 0, `x[0:1].reshape(n)`) realizes as that
   # view of the other buffer, no buffer of its own: TinyJit then takes it for a constant of its capture, not an input,
   # and its replays read the captured row (a nested lax.map gave zeros from its second outer step). Such a view is
-  # copied into a buffer of its own.
-  if views := [i for i, t in enumerate(out) if t.uop.base.realized is None]:
+  # copied into a buffer of its own. NB: not an empty one, which has no buffer to realize (its copy neither: a
+  # replay then looked its missing buffer up)
+  if views := [i for i, t in enumerate(out) if t.uop.base.realized is None and t.numel()]:
     for i in views:
       out[i] = out[i].clone(device=device)
     Tensor.realize(*(out[i] for i in views))
