@@ -2,11 +2,12 @@
 
 A backend has a name and a device, moves host arrays in and out (`put`, `get`), says whether it can run an
 equation (`why_not`, `supports`) and compiles a flushed Program into a Compiled, which runs it and says what each run
-executed where (`compile`). Which backend is in effect, and the fallback policy, are in tinyjax.choosing.selection (above the concrete backends, which import this module).
+executed where (`compile`). Which backend is in effect, and the fallback policy, are in tinyjax.choosing.selection
+(above the concrete backends, which import this module).
 """
 import abc
 import dataclasses
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
