@@ -158,8 +158,12 @@ def _lgamma(x):
   frac = fabs(x) - fabs(x).floor()
   frac = (frac > 0.5).where(1 - frac, frac)
   log_sin = log(sin(math.pi * frac))
-  reflected = (fabs(log_sin) < INF).where((math.log(math.pi) - log_sin) - result, -log_sin)
-  return fabs(x).eq(INF).where(INF, reflect.where(reflected, result))
+  # NB: (log(pi) - log_sin) - result written as sign * result + offset: selecting between the result and a difference
+  # of it let tinygrad distribute the subtraction over the result's sum, which then rendered its product on a line of
+  # its own, where no compiler contracts it into the fused multiply-add that XLA's is (lgamma(1e4) 1 ulp off)
+  sign, offset = reflect.where(-1.0, 1.0), reflect.where(math.log(math.pi) - log_sin, -0.0)
+  reflected = (~reflect | (fabs(log_sin) < INF)).where(sign * result + offset, -log_sin)
+  return fabs(x).eq(INF).where(INF, reflected)
 
 
 def _digamma(x):
