@@ -11,10 +11,6 @@ import pytest
 XFAIL: dict[tuple[str, str | None], str] = {
   # jax.numpy functions (tests/test_numpy_api.py): "jnp.<function>" or "jnp.<case id>" for one call
   ("denormals", "float32"): "XLA's CPU backend flushes denormal inputs and results to zero; tinygrad keeps them",
-  ("select_and_gather_add ties, padded", None): "which of several equal maxima a padded window picks follows XLA's "
-    "CPU reduce_window loop order, which changes with padding and window size (measured: row-major unpadded or with "
-    "padded rows, column-major where the last dimension is padded and its window is 2, another order for a 3-wide "
-    "window padded on one side); tinygrad walks windows row-major",
   # found by tests/test_fuzz.py (reproducers at its end; the fuzzer's generator avoids them)
   ("mul(convert(bool), x)", None): "XLA's algebraic simplifier turns a multiplication by a converted bool (not "
     "broadcast in between) into select(bool, x, 0): False * inf, False * NaN and False * -2.5 are +0.0 in JAX, while "

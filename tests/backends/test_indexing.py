@@ -211,12 +211,39 @@ def test_max_pool_gradient(values, padding, strides):
 
 @pytest.mark.parametrize("values,padding", [
   *[param(v, p, name="select_and_gather_add", dtype=np.float32, id=f"{v}-{p}")
-    for v, p in (("ties", "VALID"), ("edges", "VALID"), ("distinct", "VALID"), ("distinct", "SAME"))],
-  param("ties", "SAME", name="select_and_gather_add ties, padded", id="ties-SAME")])
+    for v, p in (("ties", "VALID"), ("edges", "VALID"), ("distinct", "VALID"), ("distinct", "SAME"), ("ties", "SAME"))]])
 def test_max_pool_jvp(values, padding):
   x = POOL_INPUTS[values].reshape(1, 4, 5, 1)
   traced(lambda x, t: jax.jvp(lambda x: _pool(x, padding), (x,), (t,))[1], x, np.arange(20.0, dtype=np.float32)
          .reshape(x.shape))
+
+
+# Windows whose maxima tie, as XLA's CPU reduce_window walks them (row-major, but the last window index of some padded
+# dimensions last): (shape, window, strides, padding), each branch of the measured rule and its neighbours
+TIED_WINDOWS = [
+  ((4, 5), (2, 2), (1, 1), ((0, 0), (0, 0))),  # unpadded: row-major
+  ((4, 5), (2, 2), (1, 1), ((0, 1), (0, 1))),  # SAME, stride 1: the last column last (column-major)
+  ((4, 5), (2, 2), (1, 1), ((0, 0), (1, 0))),  # 2 wide, padded before
+  ((4, 5), (2, 2), (1, 1), ((0, 1), (0, 0))),  # the first dimension padded only: row-major
+  ((5, 6), (3, 3), (1, 1), ((0, 0), (0, 1))),  # 3 wide, (0, 1): the last column last
+  ((5, 6), (3, 3), (1, 1), ((1, 1), (1, 0))),  # 3 wide otherwise padded: row-major
+  ((4, 6), (2, 2), (2, 2), ((0, 0), (0, 1))),  # the padding no window reaches: row-major
+  ((4, 6), (2, 2), (2, 2), ((0, 0), (0, 2))),  # reached by a window wholly padding only: row-major
+  ((3, 4, 5), (2, 2, 2), (1, 1, 1), ((0, 0), (0, 1), (0, 0))),  # a middle dimension
+  ((3, 4, 5), (2, 2, 2), (1, 1, 1), ((0, 0), (0, 1), (0, 1))),  # two: the last one's index last
+  ((1, 4, 5, 2), (1, 2, 2, 1), (1, 1, 1, 1), ((0, 0), (0, 1), (0, 1), (0, 1))),  # NHWC: a padded window of 1
+]
+
+
+@pytest.mark.parametrize("reducer", [lax.max, lax.min], ids=["max", "min"])
+@pytest.mark.parametrize("shape,window,strides,padding", TIED_WINDOWS, ids=[str(i) for i in range(len(TIED_WINDOWS))])
+def test_pool_jvp_ties(shape, window, strides, padding, reducer):
+  """Which of several equal extremes a window's tangent comes from."""
+  x = np.random.default_rng(len(shape) + sum(window)).integers(0, 2, shape).astype(np.float32)
+  t = np.arange(x.size, dtype=np.float32).reshape(shape)
+  identity = -np.inf if reducer is lax.max else np.inf
+  pool = lambda x: lax.reduce_window(x, identity, reducer, window, strides, padding)
+  traced(lambda x, t: jax.jvp(pool, (x,), (t,))[1], x, t)
 
 
 def test_min_pool_gradient():
