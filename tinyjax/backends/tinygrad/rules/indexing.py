@@ -400,7 +400,7 @@ def _xla_window_order(shape, *, window_dimensions, window_strides, padding, base
   wholly padding reach) of exactly (0, 1), or is 2 wide with any used padding, the last such dimension's last window
   index comes after all the others: a 2 x 2 max pool with SAME padding and stride 1 is walked column-major. Dilated
   windows or operands are walked row-major, which matches XLA's in some cases and not in others (not measured
-  further: a reduce_window's derivative is dilated only where the user dilates it).""" 
+  further: a reduce_window's derivative is dilated only where the user dilates it)."""
   def special(d):
     used = _used_padding(shape[d], window_dimensions[d], window_strides[d], *padding[d])
     return window_dimensions[d] > 1 and (used == (0, 1) or window_dimensions[d] == 2 and used != (0, 0))
