@@ -5,7 +5,7 @@ and integer wrap-around.
 An order key carries most of it: floats compared as integers (their bits, with the magnitude bits of negatives
 flipped) order -0.0 below +0.0 as XLA's max/min do, and let NaN sort above or below everything, so it propagates.
 The cumulative ops use tinygrad's windowed scans (cummax/cummin on the order key); reverse ones scan the flipped axis,
-except cumprod, whose windows start at each element as XLA's.
+except cumprod, whose windows start at each element as XLA's. cumlogsumexp follows XLA's reduce_window step by step.
 """
 import math
 
@@ -239,24 +239,47 @@ register("cummax")(_cumulative(_cumulative_max_or_min("max")))
 register("cummin")(_cumulative(_cumulative_max_or_min("min")))
 
 
-def _cumlogsumexp(x, axis):
-  """With m_j the running maximum: m_j + log1p(sum of exp(x_i - m_j) over i <= j, leaving out the first maximum);
-  one O(n^2) reduction, as tinygrad's logcumsumexp, which gets -inf, inf and NaN wrong."""
-  # NB: float16 runs in float32 and is rounded once (within 4 ulp of XLA). XLA folds logaddexp over each window from
-  # its start, rounding every operation to the dtype, and scans an axis longer than 16 in rows of 16, then the rows'
-  # ends (ReduceWindowRewriter): followed step by step (measured bit for bit equal at every length to 3000), its
-  # per-step float16 rounding made a kernel graph that took tinygrad 10 to 100 times longer to build
-  wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
-  wide = wide.transpose(axis, -1)
-  size = wide.shape[-1]
-  key, first = fb.order_key(wide, nan_largest=True).cummax(-1)
-  peak = fb.from_order_key(key, wide.dtype)
-  position = Tensor.arange(size)
-  counted = (position <= position.reshape(size, 1)) & (position != first.unsqueeze(-1))  # [..., j, i]
-  rest = counted.where(fm.exp(wide.unsqueeze(-2) - peak.unsqueeze(-1)), 0).sum(-1)
-  # an infinite or NaN running maximum is the answer (-inf: all -inf so far; inf; NaN propagates)
-  total = (fb.fabs(peak).eq(math.inf) | fb.isnan(peak)).where(peak, peak + fm.log1p(rest))
-  return fb.positive_zero(total.transpose(axis, -1).cast(x.dtype))  # XLA's logaddexp never returns -0.0
+_SCAN_ROW = 16  # XLA's CPU reduce-window rewriter: a cumulative window longer than 16 is scanned in rows of 16
 
 
-register("cumlogsumexp")(_cumulative(_cumlogsumexp))
+def _window_scan(x, combine, identity, reverse):
+  """A cumulative reduce_window along the last axis as XLA's CPU computes it, bit for bit: each output's window (the
+  elements up to it; in reverse, from it) folded from the window's start, `total = combine(total, element)` from
+  `identity`; an axis longer than 16 padded at its end to rows of 16, each row scanned so, the rows' totals scanned the
+  same way, and each row's scan combined with the total of the rows before it. `identity` must be exact on either
+  side (combine(t, identity) is t). 16 steps a level, a kernel a level: the cost grows as n log n."""
+  n = x.shape[-1]
+  keep = ((0, 0),) * (x.ndim - 1)
+  if n > _SCAN_ROW:
+    rows = -(-n // _SCAN_ROW)
+    padded = x.pad(keep + ((0, rows * _SCAN_ROW - n),), value=identity).reshape(*x.shape[:-1], rows, _SCAN_ROW)
+    within = _window_scan(padded, combine, identity, reverse).contiguous()
+    totals = _window_scan(within[..., 0 if reverse else -1], combine, identity, reverse)
+    before = totals[..., 1:].pad(keep + ((0, 1),), value=identity) if reverse else \
+      totals[..., :-1].pad(keep + ((1, 0),), value=identity)
+    return combine(before.unsqueeze(-1), within).reshape(*x.shape[:-1], -1)[..., :n]
+  windows = x.pad(keep + ((0, n - 1) if reverse else (n - 1, 0),), value=identity).contiguous()
+  total = x.full_like(identity).contiguous()
+  for k in range(n):
+    # NB: each step a kernel of its own, on buffers of its own: every step is then one kernel, built once (inlined,
+    # a level's steps made one kernel whose build grew with them, seconds a step)
+    total = combine(total, windows[..., k:k + n].contiguous()).contiguous()
+  return total
+
+
+_add, _subtract = fm.rounded_op(lambda a, b: a + b), fm.rounded_op(lambda a, b: a - b)
+
+
+def _logaddexp(a, b):
+  """jax's logaddexp (lax/other.py) as XLA computes it, each operation rounded to a 16-bit float's dtype."""
+  delta = _subtract(a, b)  # NaN: a NaN, or infinities of one sign, whose sum needs no rounding
+  return fb.isnan(delta).where(a + b, _add(a.maximum(b), fm.log1p(fm.exp(fb.minus(fb.fabs(delta))))))
+
+
+@register("cumlogsumexp")
+def _cumlogsumexp(ctx, x, *, axis, reverse):
+  """XLA's reduce_window of logaddexp (jax lowers every cumulative op to one), followed step by step: float16 rounded
+  at every operation as XLA does (log(3) - 1 is 2 ulp from log1p(e**-1)'s nearest float16), -inf padding exact."""
+  if x.shape[axis] == 0:
+    return x
+  return _window_scan(x.transpose(axis, -1), _logaddexp, -math.inf, reverse).transpose(axis, -1)
