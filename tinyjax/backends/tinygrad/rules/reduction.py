@@ -247,7 +247,7 @@ def _window_scan(x, combine, identity, reverse):
   elements up to it; in reverse, from it) folded from the window's start, `total = combine(total, element)` from
   `identity`; an axis longer than 16 padded at its end to rows of 16, each row scanned so, the rows' totals scanned the
   same way, and each row's scan combined with the total of the rows before it. `identity` must be exact on either
-  side (combine(t, identity) is t). 16 steps a level, a kernel a level: the cost grows as n log n."""
+  side (combine(t, identity) is t). At most 16 steps a level, log16(n) levels: the cost grows as n log n."""
   n = x.shape[-1]
   keep = ((0, 0),) * (x.ndim - 1)
   if n > _SCAN_ROW:
