@@ -8,6 +8,7 @@ The cumulative ops use tinygrad's windowed scans (cummax/cummin on the order key
 except cumprod, whose windows start at each element as XLA's. cumlogsumexp follows XLA's reduce_window step by step.
 """
 import math
+import operator
 
 import numpy as np
 from tinygrad import Tensor, dtypes
@@ -267,13 +268,11 @@ def _window_scan(x, combine, identity, reverse):
   return total
 
 
-_add, _subtract = fm.rounded_op(lambda a, b: a + b), fm.rounded_op(lambda a, b: a - b)
-
-
 def _logaddexp(a, b):
   """jax's logaddexp (lax/other.py) as XLA computes it, each operation rounded to a 16-bit float's dtype."""
-  delta = _subtract(a, b)  # NaN: a NaN, or infinities of one sign, whose sum needs no rounding
-  return fb.isnan(delta).where(a + b, _add(a.maximum(b), fm.log1p(fm.exp(fb.minus(fb.fabs(delta))))))
+  delta = fm.rounded_op(operator.sub)(a, b)  # NaN: a NaN, or infinities of one sign, whose sum needs no rounding
+  rest = fm.log1p(fm.exp(fb.minus(fb.fabs(delta))))
+  return fb.isnan(delta).where(a + b, fm.rounded_op(operator.add)(a.maximum(b), rest))
 
 
 @register("cumlogsumexp")
