@@ -1,4 +1,6 @@
 """tinyjax's amendments to tinygrad's kernel options (tinyjax/backends/tinygrad/machinery/kernel_opts.py)."""
+import math
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -20,8 +22,8 @@ def _amended_first():
 
 
 def test_elementwise_kernels_on_the_cpu_are_left_to_clangs_vectorizer(monkeypatch):
-  """On the CPU device an elementwise kernel of a few hundred elements or more is not upcast (clang vectorizes the
-  plain loop: kernel_opts.py); a kernel with a reduction keeps tinygrad's choice (an upcast)."""
+  """On the CPU device an elementwise kernel above the small kernels' size is not upcast (clang vectorizes the plain
+  loop: kernel_opts.py); a kernel with a reduction keeps tinygrad's choice (an upcast)."""
   from tinygrad.codegen.opt import OptOps, heuristic
   tinyjax.config.update("device", "CPU")  # NB: the defaults' device is CL where POCL is installed
   chosen = {}
@@ -32,13 +34,34 @@ def test_elementwise_kernels_on_the_cpu_are_left_to_clangs_vectorizer(monkeypatc
     chosen[kernel.reduceop is not None] = [opt.op for opt in tuned.applied_opts]
     return tuned
   monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
-  x = np.linspace(-3, 3, 4 * 73, dtype=np.float32).reshape(4, 73)  # NB: a shape no other test uses
+  x = np.linspace(-3, 3, 16 * 73, dtype=np.float32).reshape(16, 73)  # NB: a shape no other test uses
   with native():
     y, total = tnp.exp(x) * 2 - 1, tnp.max(x * x, axis=1)
     assert_like_jax(y, jnp.exp(x) * 2 - 1)
     assert_like_jax(total, jnp.max(x * x, axis=1))
   assert set(chosen) == {False, True}
   assert OptOps.UPCAST not in chosen[False] and OptOps.UPCAST in chosen[True], chosen
+
+
+def test_small_kernels_take_no_optimization(monkeypatch):
+  """A kernel of fewer than kernel_opts.SMALL_KERNEL elements of work is lowered as it is, where tinygrad's heuristic
+  would upcast its reduction and its output; its values are JAX's."""
+  from tinygrad.codegen.opt import heuristic
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
+  chosen = []  # (elements of work, tinygrad's options, ours) of each kernel lowered
+  optimize = heuristic.hand_coded_optimizations
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    chosen.append((math.prod(kernel.full_shape), optimize.__wrapped__(kernel).applied_opts, tuned.applied_opts))
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  rng = np.random.default_rng(5)  # NB: shapes no other test uses, so that the kernels are lowered here
+  a, b = rng.normal(size=(6, 11)).astype(np.float32), rng.normal(size=(11, 9)).astype(np.float32)
+  check(lambda m, a, b: m.tanh(a @ b) + m.sum(a, axis=1, keepdims=True)[:, :1], a, b, rtol=1e-5, atol=1e-6)
+  assert chosen and all(work < kernel_opts.SMALL_KERNEL for work, _, _ in chosen), chosen
+  assert any(theirs for _, theirs, _ in chosen), chosen  # the heuristic would have optimized one of them
+  assert all(ours == [] for _, _, ours in chosen), chosen
 
 
 def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):

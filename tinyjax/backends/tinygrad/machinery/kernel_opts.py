@@ -1,11 +1,16 @@
-"""How tinyjax amends tinygrad's hand-coded kernel optimizations: long elementwise loops on the CPU device are left to
-clang's vectorizer, and no kernel's upcasts and unrolls copy its body beyond a budget.
+"""How tinyjax amends tinygrad's hand-coded kernel optimizations: a small kernel is left as it is, long elementwise loops
+on the CPU device are left to clang's vectorizer, and no kernel's upcasts and unrolls copy its body beyond a budget.
+
+NB: a kernel of fewer than SMALL_KERNEL elements of work (its output's and its reduction's together) takes no
+optimization: it runs in a few microseconds either way, and what the heuristic would give it (upcasts, unrolls, local
+and grouped axes) is most of the cost of lowering it. Its upcasts copy the body of the kernel, and tinygrad's
+devectorizer and the compiler then work through each copy: 22 small kernels (sin, exp, tanh, cumsum, sort ... on a
+(3, 4) float32) lowered cold in 4.8 s with the heuristic, 2.4 s without (docs/performance.md).
 
 NB: tinygrad's hand-coded heuristic upcasts every elementwise kernel by 4 (one float4 load, then four scalar copies of
 the body), which clang cannot vectorize; without the upcast its loop vectorizer makes SIMD code of the plain loop
-(float32 sin of 256 elements: 6.3 -> 1.2 us, its cold compile no slower). Only the shortest loops keep the upcast:
-there it costs nothing, and its constant indices are folded by tinygrad where clang would analyse the loop. Kernels
-with a reduction keep tinygrad's choice: their upcasts are register blocking that clang does not do by itself.
+(float32 sin of 256 elements: 6.3 -> 1.2 us, its cold compile no slower). Kernels with a reduction keep tinygrad's
+choice: their upcasts are register blocking that clang does not do by itself.
 
 NB: that register blocking (4x4 upcasts, a reduction of up to 32 unrolled whole) is made for a matmul's multiply-add;
 on a fused body of a few hundred ops (attention's masked softmax and its gradient) it makes kernels of tens of
@@ -17,13 +22,16 @@ import math
 from tinygrad.codegen.opt import KernelOptError, Opt, OptOps, heuristic
 from tinygrad.uop.ops import AxisType
 
-LONG_LOOP = 1 << 8  # elements: below this the kernel takes a microsecond or less either way
+SMALL_KERNEL = 1 << 10  # elements of work (output and reduction together): below this no optimization pays its lowering
 EXPANDED_BODY = 1 << 14  # a kernel's AST nodes times the copies its upcasts and unrolls make of them
 
 
-def _long_elementwise_on_clang(kernel) -> bool:
-  return (kernel.ren.target.device == "CPU" and not kernel.axes_of(AxisType.REDUCE, AxisType.GROUP_REDUCE)
-          and math.prod(kernel.full_shape) >= LONG_LOOP)
+def _small(kernel) -> bool:
+  return all(isinstance(size, int) for size in kernel.full_shape) and math.prod(kernel.full_shape) < SMALL_KERNEL
+
+
+def _elementwise_on_clang(kernel) -> bool:
+  return kernel.ren.target.device == "CPU" and not kernel.axes_of(AxisType.REDUCE, AxisType.GROUP_REDUCE)
 
 
 def _replayed(kernel, opts, amount):
@@ -52,8 +60,10 @@ def _within_budget(body: int):
 
 def _amended(hand_coded):
   def optimize(kernel):
+    if _small(kernel):
+      return kernel
     tuned = hand_coded(kernel)
-    if _long_elementwise_on_clang(kernel):
+    if _elementwise_on_clang(kernel):
       return _replayed(kernel, tuned.applied_opts, lambda k, opt: None if opt.op is OptOps.UPCAST else opt.arg)
     body = len(kernel.ast.toposort())
     if body * tuned.upcast_size() <= EXPANDED_BODY or any(opt.op is OptOps.TC for opt in tuned.applied_opts):
