@@ -349,22 +349,60 @@ print(time.perf_counter() - start)
 """
 
 
-def bench_eager_first_run():
-  """An eager update loop (a sine in every step) in a new process with cold caches: tinyjax with an empty tinygrad
-  cache (CACHEDB) and program cache, JAX eager in a new process (which compiles each new operation once). 250, 1,000
-  and 4,000 steps: the cost of n steps should grow linearly in n."""
-  def loop(which: str, steps: int, cache: str) -> float:
-    caches = dict(CACHEDB=os.path.join(cache, "cache.db"), TINYJAX_PROGRAM_CACHE=os.path.join(cache, "programs"),
-                  TINYJAX_BACKEND="tinygrad")
-    out = subprocess.run([sys.executable, "-c", EAGER_LOOP, which, str(steps)], env={**os.environ, **caches},
-                         capture_output=True, text=True, check=True)
-    return float(out.stdout.split()[-1])
+def in_new_process(script: str, *args: str, env: dict) -> float:
+  """The seconds `script` prints, run with `args` in a new process with `env` added to the environment."""
+  out = subprocess.run([sys.executable, "-c", script, *args], env={**os.environ, **env}, capture_output=True,
+                       text=True, check=True)
+  return float(out.stdout.split()[-1])
 
+
+def cold_caches(cache: str) -> dict:
+  """Empty caches in the directory `cache` (tinyjax's program cache, tinygrad's binaries: CACHEDB), on the tinygrad
+  backend. NB: JAX eager compiles each new operation once in a new process, whatever its persistent cache."""
+  return dict(CACHEDB=os.path.join(cache, "cache.db"), TINYJAX_PROGRAM_CACHE=os.path.join(cache, "programs"),
+              TINYJAX_BACKEND="tinygrad")
+
+
+def bench_eager_first_run():
+  """An eager update loop (a sine in every step) in a new process with cold caches, 250, 1,000 and 4,000 steps: the
+  cost of n steps should grow linearly in n."""
   for steps in (250, 1000, 4000):
     with tempfile.TemporaryDirectory() as cache:
-      times = {"JAX eager": loop("jax", steps, cache), "tinyjax eager": loop("tinyjax", steps, cache)}
+      times = {name: in_new_process(EAGER_LOOP, which, str(steps), env=cold_caches(cache))
+               for name, which in (("JAX eager", "jax"), ("tinyjax eager", "tinyjax"))}
     row(f"eager sin/affine loop of {steps:,} steps, new process, cold caches", times,
         ("tinyjax eager", "JAX eager", "<= 2"))
+
+
+NEW_KERNELS = """
+import sys, time
+import numpy as np
+if sys.argv[1] == "jax":
+  import jax.numpy as np_
+else:
+  import tinyjax.numpy as np_
+(np_.ones(4) * 2).block_until_ready()  # the runtime started, as any program's first line would have
+steps = [lambda x: np_.sin(x) * 2 + 1, lambda x: np_.exp(x).sum(0), lambda x: np_.tanh(x) @ x.T,
+         lambda x: np_.cumsum(x, 1), lambda x: np_.where(x > 0.5, x, -x).max(1), lambda x: np_.log1p(x) / (x + 3),
+         lambda x: np_.sqrt(x).mean(), lambda x: np_.arctan2(x, x + 1), lambda x: (x[:, ::-1] * 3).astype(np_.int32),
+         lambda x: np_.sort(x, 1)]
+rng = np.random.default_rng(0)
+inputs = [np_.asarray(rng.random(shape, np.float32)) for shape in ((3, 4), (5, 7))]
+start = time.perf_counter()
+for x in inputs:
+  for step in steps:
+    np.asarray(step(x))
+print(time.perf_counter() - start)
+"""
+
+
+def bench_new_kernels():
+  """Ten operations on two small shapes, each read at once, in a new process with cold caches: 20 new programs, each
+  a kernel or two tinyjax lowers and compiles for the first time (JAX eager compiles each operation's executable)."""
+  with tempfile.TemporaryDirectory() as cache:
+    times = {name: in_new_process(NEW_KERNELS, which, env=cold_caches(cache))
+             for name, which in (("JAX eager", "jax"), ("tinyjax eager", "tinyjax"))}
+  row("20 new small programs, new process, cold caches", times, ("tinyjax eager", "JAX eager", "<= 2"))
 
 
 def bench_chained_sines(repeats):
@@ -508,11 +546,8 @@ def bench_data_parallel(repeats):
   runs it), each in a new process that asks JAX for that many devices; tinyjax split over as many instances of the
   tinygrad device, and on one (TINYJAX_SPLIT=0). NB: on a machine without a GPU the instances share its cores."""
   def step_time(which: str, devices: int, split: str = "1") -> float:
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, which, str(repeats), here], capture_output=True,
-                         text=True, check=True,
-                         env={**os.environ, "JAX_NUM_CPU_DEVICES": str(devices), "TINYJAX_SPLIT": split})
-    return float(out.stdout.split()[-1])
+    return in_new_process(DATA_PARALLEL, which, str(repeats), os.path.dirname(os.path.abspath(__file__)),
+                          env={"JAX_NUM_CPU_DEVICES": str(devices), "TINYJAX_SPLIT": split})
   for devices in (1, 2, 4):
     times = {"jax.jit": step_time("jax", devices), "patched jax.jit": step_time("tinyjax", devices)}
     if devices > 1:
@@ -525,21 +560,16 @@ def bench_first_call():
   """The CNN's first call in a new process, with tinyjax's lowered programs, tinygrad's binaries (CACHEDB) and auto's
   choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again);
   beside jax.jit's first call in a new process (its persistent compilation cache off, as it is by default)."""
-  def first_call(caches: dict, *args) -> float:
-    out = subprocess.run([sys.executable, "-c", FIRST_CALL, *args], env={**os.environ, **caches}, capture_output=True,
-                         text=True, check=True)
-    return float(out.stdout.split()[-1])
-
   with tempfile.TemporaryDirectory() as cache:
-    times = {"jax.jit cold": first_call({"JAX_COMPILATION_CACHE_DIR": ""}, "jax")}
+    times = {"jax.jit cold": in_new_process(FIRST_CALL, "jax", env={"JAX_COMPILATION_CACHE_DIR": ""})}
     for backend in ("tinygrad", "auto"):
       caches = dict(CACHEDB=os.path.join(cache, f"{backend}.db"), TINYJAX_BACKEND=backend,
                     TINYJAX_PROGRAM_CACHE=os.path.join(cache, f"{backend} programs"),
                     TINYJAX_AUTO_CACHE=os.path.join(cache, "auto.json"))
       for state in ("cold", "warm"):
-        times[f"{backend} {state}"] = first_call(caches)
+        times[f"{backend} {state}"] = in_new_process(FIRST_CALL, env=caches)
       if backend == "tinygrad":
-        times["tinygrad warm, binaries only"] = first_call({**caches, "TINYJAX_PROGRAM_CACHE": ""})
+        times["tinygrad warm, binaries only"] = in_new_process(FIRST_CALL, env={**caches, "TINYJAX_PROGRAM_CACHE": ""})
   row("CNN first call in a new process, caches cold vs warm", times, ("tinygrad cold", "jax.jit cold", "<= 5"),
       ("tinygrad cold", "tinygrad warm", ">= 3"), ("auto cold", "auto warm", ">= 3"))
 
@@ -548,7 +578,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
   parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
-                      "factorization_calls,eager_first_run,chained_sines,first_call,data_parallel",
+                      "factorization_calls,eager_first_run,new_kernels,chained_sines,first_call,data_parallel",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -558,7 +588,8 @@ def main():
              "deep_loop": bench_deep_loop, "while_loop": lambda: bench_while_loop(repeats),
              "nested_loops": lambda: bench_nested_loops(repeats),
              "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call,
-             "eager_first_run": bench_eager_first_run, "chained_sines": lambda: bench_chained_sines(repeats),
+             "eager_first_run": bench_eager_first_run, "new_kernels": bench_new_kernels,
+             "chained_sines": lambda: bench_chained_sines(repeats),
              "data_parallel": lambda: bench_data_parallel(repeats)}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
