@@ -51,16 +51,19 @@ def test_arithmetic_on_a_computed_zero(case):
 
 
 @pytest.mark.parametrize("function", [param(function, name="a loop's first index", id=function)
-                                      for function in ("geomspace", "pad")])
+                                      for function in ("geomspace", "pad")]
+                         + [param("geomspace of a small kernel", name="a small kernel's first index", id="small")])
 def test_a_loops_first_index(function):
   """An upcast loop's first index is the constant 0: log(-1) * 0 is NaN (jnp.geomspace's first sample), and a
-  padded ramp's -0.0 + 0.0 is +0.0 (jnp.pad's linear_ramp)."""
-  if function == "geomspace":
-    check(lambda np_, a: np_.geomspace(np_.asarray(a), 8.0, 3), np.array([2.0, 0.5, -1.0, 4.0], np.float32),
-          rtol=1e-6)
-  else:
+  padded ramp's -0.0 + 0.0 is +0.0 (jnp.pad's linear_ramp). geomspace's kernel is made large enough to be optimized
+  (kernel_opts.SMALL_KERNEL: a small kernel is not upcast), and again small."""
+  starts = np.array([2.0, 0.5, -1.0, 4.0], np.float32)
+  if function == "pad":
     check(lambda np_, a: np_.pad(np_.asarray(a), 2, mode="linear_ramp"),
           np.array([[-2.5, -0.0], [0.0, 1.0]], np.float32))
+  else:
+    check(lambda np_, a: np_.geomspace(np_.asarray(a), 8.0, 3),
+          starts if function.endswith("small kernel") else np.resize(starts, 512), rtol=1e-6)
 
 
 def test_float_sums_and_products_keep_their_order():
