@@ -197,6 +197,19 @@ def test_a_scans_chunks_share_their_kernels(monkeypatch):
   assert 0 < counts[1] <= counts[0], counts  # NB: not equal: the sizes differ, and tinygrad shapes kernels by size
 
 
+def test_a_replayed_loops_step_is_traced_once_per_tinyjit(monkeypatch):
+  """A while loop replayed by its two TinyJits traces (and schedules) its step twice, once for each TinyJit's capture,
+  however many steps it takes: a TinyJit captures at its first call (a plain run before each capture traced it four
+  times)."""
+  traced = []
+  steps = control_flow._while_steps
+  monkeypatch.setattr(control_flow, "_while_steps", lambda *args: traced.append(args[5]) or steps(*args))
+  x = np.linspace(0.25, 2.0, 9, dtype=np.float32)  # NB: a shape no other test uses: the loop's TinyJits are new
+  body = lambda c: (c[0] + 1, jnp.sin(c[1]) * 0.5 + c[1] * 0.5)
+  check_traced(lambda x: lax.while_loop(lambda c: c[0] < 60, body, (0, x))[1], x, rtol=1e-6)
+  assert traced.count(control_flow.SCAN_CHUNK) == 2, traced
+
+
 @pytest.mark.parametrize("length", [5, control_flow.SCAN_UNROLLED + 3])
 def test_scan_replayed_with_new_inputs(length):
   # the program (short scans: a TinyJit of the whole program) or the scan's own TinyJit is captured, then replayed

@@ -429,6 +429,11 @@ def _replay_or_recapture(jit, *args):
   # back, such an output was bound twice in one dispatch, which Dawn refuses: the kernel did not run, and a vmapped
   # while loop (its predicate a bool array) never ended on WEBGPU
   args = [a.clone() if isinstance(a, Tensor) and fb.packed_on_wgsl(a) else a for a in args]
+  # NB: a new TinyJit captures at its first call, not at its second after a plain run: a loop's inputs are realized
+  # before its first step, and the capture compiles the step's kernels as a plain run would (one schedule of the
+  # step less, per TinyJit: two per loop of a new step)
+  if jit.cnt == 0:
+    jit.cnt = 1
   try:
     return jit(*args)
   except JitError:

@@ -92,10 +92,10 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   # NB: the trip count depends on the data: the predicate is read on the host before each step (host_sync)
   consts, carry = operands[:cond_nconsts + body_nconsts], list(operands[cond_nconsts + body_nconsts:])
   # the operands are realized once: each step's graph is then the same (tinygrad's schedule cache serves it), and
-  # lazy constants are not computed again every iteration
-  consts, carry = distinct_buffers(ctx.device, consts), distinct_buffers(ctx.device, carry, taken=consts)
+  # lazy constants are not computed again every iteration. NB: with the first predicate, in one schedule
   (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
-  (go,) = distinct_buffers(ctx.device, [go], taken=[*consts, *carry])
+  *operands, go = distinct_buffers(ctx.device, [*consts, *carry, go])
+  consts, carry = operands[:len(consts)], operands[len(consts):]
   # a replayed step runs SCAN_CHUNK iterations: a step's host read and replay cost more than a small body's kernels.
   # NB: a body that is not replayed runs one iteration per step: it may hold a loop, which must not run on a carry
   # past the loop's end (its own trip count could be anything there)
@@ -146,9 +146,9 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
   if _long(length=length) and not capturing() and ctx.backend.capturable(jaxpr):
     jitted = Alternating(functools.partial(_scan_jit, ctx.backend, jaxpr, length, reverse, num_consts, num_carry,
                                            ctx.in_avals))
-    consts = distinct_buffers(ctx.device, consts, taken=ys)
-    xs = distinct_buffers(ctx.device, xs, taken=[*ys, *consts])
-    carry = distinct_buffers(ctx.device, carry, taken=[*ys, *consts, *xs])
+    operands = distinct_buffers(ctx.device, [*consts, *xs, *carry], taken=ys)  # in one schedule
+    n_xs = len(xs)
+    consts, xs, carry = operands[:num_consts], operands[num_consts:num_consts + n_xs], operands[num_consts + n_xs:]
     position = Variable("scan_step", 0, length - SCAN_CHUNK)
     for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
       carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)

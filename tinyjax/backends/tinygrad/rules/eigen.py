@@ -203,8 +203,8 @@ def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
     parts = _sweeps(_on_parts(round_fn, len(matrices)), device, pairs.tensors(matrices), extra)
     return [Pair(parts[2 * i], parts[2 * i + 1]) for i in range(len(matrices))]
   size = matrices[0].shape[-1]
-  matrices = distinct_buffers(device, matrices)
-  extra = distinct_buffers(device, extra, taken=matrices)
+  realized = distinct_buffers(device, [*matrices, *extra])  # in one schedule
+  matrices, extra = realized[:len(matrices)], realized[len(matrices):]
   # NB: inside another TinyJit's capture (TinyJits cannot nest) the rounds run plainly, and MAX_SWEEPS of them: a
   # host read there would freeze one run's count into the capture
   jitted = not capturing()

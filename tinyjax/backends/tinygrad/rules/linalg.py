@@ -183,8 +183,8 @@ def _loop(step, indices, state: list, consts: list, device: str, **options) -> l
   state, consts = pairs.tensors(state), pairs.tensors(consts)
   jitted = not capturing()
   if jitted:
-    state = distinct_buffers(device, state)
-    consts = distinct_buffers(device, consts, taken=state)
+    realized = distinct_buffers(device, [*state, *consts])  # in one schedule
+    state, consts = realized[:len(state)], realized[len(state):]
     layout = (kinds, tuple((x.shape, x.dtype) for x in [*state, *consts]))
     run = Alternating(functools.partial(step_jit, run, device, layout))
   for j in indices:
