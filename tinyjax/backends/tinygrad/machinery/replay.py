@@ -68,6 +68,17 @@ def distinct_buffers(device, tensors, taken=(), realize_with=()) -> list:
   return out
 
 
+def distinct_groups(device, *groups, taken=()) -> list[list]:
+  """`groups` (lists of tensors) realized together, in one schedule, as distinct buffers (`distinct_buffers`), in
+  their groups."""
+  flat = distinct_buffers(device, [t for group in groups for t in group], taken=taken)
+  out, start = [], 0
+  for group in groups:
+    out.append(flat[start:start + len(group)])
+    start += len(group)
+  return out
+
+
 class Replayed:
   """Runs a wholly native program: plainly first (`plain_runs` times), then captured by TinyJit, and replayed after
   that by running the captured kernels directly on the inputs' buffers.

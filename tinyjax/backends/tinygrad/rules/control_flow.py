@@ -22,7 +22,7 @@ import functools
 from tinygrad import Tensor, TinyJit, Variable, dtypes
 
 from tinyjax.backends.tinygrad.numerics import carried
-from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers
+from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers, distinct_groups
 from tinyjax.backends.tinygrad.table import register, tg_dtype, uses_host_sync
 
 SCAN_UNROLLED = 32  # scans up to this long run lazily within their program, which TinyJit can then capture
@@ -94,8 +94,7 @@ def _while(ctx, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   # the operands are realized once: each step's graph is then the same (tinygrad's schedule cache serves it), and
   # lazy constants are not computed again every iteration. NB: with the first predicate, in one schedule
   (go,) = ctx.backend.run_jaxpr(cond_jaxpr, *consts[:cond_nconsts], *carry)
-  *operands, go = distinct_buffers(ctx.device, [*consts, *carry, go])
-  consts, carry = operands[:len(consts)], operands[len(consts):]
+  consts, carry, (go,) = distinct_groups(ctx.device, consts, carry, [go])
   # a replayed step runs SCAN_CHUNK iterations: a step's host read and replay cost more than a small body's kernels.
   # NB: a body that is not replayed runs one iteration per step: it may hold a loop, which must not run on a carry
   # past the loop's end (its own trip count could be anything there)
@@ -146,9 +145,7 @@ def _scan(ctx, *operands, jaxpr, length, reverse, num_consts, num_carry, unroll)
   if _long(length=length) and not capturing() and ctx.backend.capturable(jaxpr):
     jitted = Alternating(functools.partial(_scan_jit, ctx.backend, jaxpr, length, reverse, num_consts, num_carry,
                                            ctx.in_avals))
-    operands = distinct_buffers(ctx.device, [*consts, *xs, *carry], taken=ys)  # in one schedule
-    n_xs = len(xs)
-    consts, xs, carry = operands[:num_consts], operands[num_consts:num_consts + n_xs], operands[num_consts + n_xs:]
+    consts, xs, carry = distinct_groups(ctx.device, consts, xs, carry, taken=ys)
     position = Variable("scan_step", 0, length - SCAN_CHUNK)
     for done in range(0, length - SCAN_CHUNK + 1, SCAN_CHUNK):
       carry = jitted(position.bind(done), *consts, *carry, *xs, *ys)

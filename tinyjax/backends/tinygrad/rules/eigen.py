@@ -57,7 +57,8 @@ from tinyjax.backends.tinygrad.numerics import floatmath as fm
 from tinyjax.backends.tinygrad.rules.indexing import arange, pick
 from tinyjax.backends.tinygrad.rules import pairs
 from tinyjax.backends.tinygrad.rules.pairs import Pair, real_and_complex
-from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers, step_jit
+from tinyjax.backends.tinygrad.machinery.replay import (Alternating, capturing, distinct_buffers, distinct_groups,
+                                                       step_jit)
 
 # A safety net, never reached in the measurements above: every sweep of a converging run rotates something, and the
 # criteria below are met after at most ~20 sweeps for n <= 64.
@@ -203,8 +204,7 @@ def _sweeps(round_fn, device: str, matrices: list, extra: list) -> list:
     parts = _sweeps(_on_parts(round_fn, len(matrices)), device, pairs.tensors(matrices), extra)
     return [Pair(parts[2 * i], parts[2 * i + 1]) for i in range(len(matrices))]
   size = matrices[0].shape[-1]
-  realized = distinct_buffers(device, [*matrices, *extra])  # in one schedule
-  matrices, extra = realized[:len(matrices)], realized[len(matrices):]
+  matrices, extra = distinct_groups(device, matrices, extra)
   # NB: inside another TinyJit's capture (TinyJits cannot nest) the rounds run plainly, and MAX_SWEEPS of them: a
   # host read there would freeze one run's count into the capture
   jitted = not capturing()

@@ -37,7 +37,8 @@ from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.numerics import floatmath as fm
 from tinyjax.backends.tinygrad.rules.indexing import arange, pick
 from tinyjax.backends.tinygrad.rules.pairs import Pair, real_and_complex
-from tinyjax.backends.tinygrad.machinery.replay import Alternating, capturing, distinct_buffers, step_jit
+from tinyjax.backends.tinygrad.machinery.replay import (Alternating, capturing, distinct_buffers, distinct_groups,
+                                                       step_jit)
 from tinyjax.backends.tinygrad.table import register
 
 
@@ -183,8 +184,7 @@ def _loop(step, indices, state: list, consts: list, device: str, **options) -> l
   state, consts = pairs.tensors(state), pairs.tensors(consts)
   jitted = not capturing()
   if jitted:
-    realized = distinct_buffers(device, [*state, *consts])  # in one schedule
-    state, consts = realized[:len(state)], realized[len(state):]
+    state, consts = distinct_groups(device, state, consts)
     layout = (kinds, tuple((x.shape, x.dtype) for x in [*state, *consts]))
     run = Alternating(functools.partial(step_jit, run, device, layout))
   for j in indices:
