@@ -146,6 +146,27 @@ def test_lowering_goes_through_the_program_cache():
   assert list(inspect.signature(codegen.do_compile).parameters) == ["ctx", "prg", "source"]
 
 
+def test_new_kernels_compile_together_through_tinygrads_hooks():
+  """compile_together.py's hooks in tinygrad: `compile_linear` calls `lower_and_compile` by its name; the CPU device's
+  compile is ClangCompiler's `compile_cached` in lowering, CL's is `compile_cached` of the source in its runtime; the
+  CPU runtime and its queues enter a program at `program.addr` (moved to the kernel's symbol)."""
+  from tinygrad.engine import realize
+  from tinygrad.runtime.support.compiler_cpu import ClangCompiler
+  from tinyjax.backends.tinygrad.machinery import compile_together
+  assert "linear = lower_and_compile(linear)" in inspect.getsource(realize.compile_linear)
+  assert realize.lower_and_compile.__code__.co_filename == compile_together.__file__
+  assert ClangCompiler.compile_cached.__code__.co_filename == compile_together.__file__
+  assert "lib = ctx.compiler.compile_cached(source.arg)" in inspect.getsource(codegen.do_compile)
+  assert "ctypes.CFUNCTYPE(None)(self.addr)" in inspect.getsource(ops_cpu.CPUProgram)
+  assert "UOp.const(p.addr, dtypes.uint64)" in inspect.getsource(ops_cpu.cpu_cmd)
+  try:
+    from tinygrad.runtime import ops_cl
+  except (ImportError, OSError):  # no OpenCL library here
+    return
+  assert "device.cl_compiler.compile_cached(obj.lib.decode())" in inspect.getsource(ops_cl)
+  assert "cl.clCreateKernel(self.program, obj.name.encode()" in inspect.getsource(ops_cl)
+
+
 def test_kernel_programs_are_named_for_a_profile():
   """tinygrad makes each kernel's runtime program by Compiled.runtime from a TinyELF whose profile_key is the PROGRAM's
   key, which its cache of programs is keyed by: each program knows its device, name and key (a profile reads them,

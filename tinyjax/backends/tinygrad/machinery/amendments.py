@@ -1,8 +1,9 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
 IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its
-gated loads, its compile cache shared across threads, its CL runtime's arguments, devices and compiles on POCL, its CPU
-device's synchronize and kernel calls, its CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its
-kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
+gated loads, its compile cache shared across threads, a schedule's new kernels compiled together (compile_together.py),
+its CL runtime's arguments, devices and compiles on POCL, its CPU device's synchronize, kernel entries and calls, its
+CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its kernel heuristic (a policy of its own:
+kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -53,17 +54,20 @@ import time
 
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
-from tinygrad.device import Compiled, Device
+from tinygrad.device import Compiled, Compiler, Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine import jit, realize
 from tinygrad.helpers import PARALLEL, strip_parens
 from tinygrad.renderer import cstyle, ptx, wgsl
 from tinygrad.runtime import ops_cpu, ops_cuda
+from tinygrad.runtime.autogen import libc
+from tinygrad.runtime.support import elf
+from tinygrad.runtime.support.compiler_cpu import ClangCompiler
 from tinygrad.schedule import memory
 from tinygrad.uop import symbolic
 from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
 
-from tinyjax.backends.tinygrad.machinery import kernel_opts, program_cache
+from tinyjax.backends.tinygrad.machinery import compile_together, kernel_opts, program_cache
 
 # The folds of `x <op> 0` (tinygrad.uop.symbolic.symbolic_simple), as they are for integers and bools.
 # NB: lambdas without closures in symbolic's names (dtypes): tinygrad compiles a rule from its function's code and
@@ -309,6 +313,42 @@ def _keep_lowered_programs() -> None:
   codegen.do_to_program = lower
   if (ops_cpu := sys.modules.get("tinygrad.runtime.ops_cpu")) is not None:
     ops_cpu.do_to_program = lower
+
+
+def _compile_new_kernels_together() -> None:
+  """Compile the kernels a schedule lowers for the first time together, one clang for the CPU device's, one OpenCL
+  program for CL's (compile_together.py).
+
+  NB: tinygrad 0.14 calls `lower_and_compile` by its name in `realize` (compile_linear), and ClangCompiler inherits
+  `compile_cached` from Compiler: both are replaced there.
+  """
+  realize.lower_and_compile = compile_together.lowered_together(realize.lower_and_compile)
+  ClangCompiler.compile_cached = compile_together.compile_cached_deferred(Compiler.compile_cached)
+
+
+def _entered_at_its_symbol(program_init):
+  def init(self, device, obj):
+    program_init(self, device, obj)
+    if not self.lvp and obj.lib[:4] == b"\x7fELF":
+      _, sections, _ = elf.elf_loader(obj.lib, link_libs=[self.libm, self.rt_lib])
+      symbols = next(section for section in sections if section.header.sh_type == libc.SHT_SYMTAB)
+      strings = sections[symbols.header.sh_link].content
+      for symbol in (libc.Elf64_Sym * (len(symbols.content) // ctypes.sizeof(libc.Elf64_Sym))).from_buffer_copy(
+          symbols.content):
+        if strings[symbol.st_name:strings.index(b"\0", symbol.st_name)] == obj.name.encode():
+          self.addr += sections[symbol.st_shndx].header.sh_addr + symbol.st_value
+          break
+  return init
+
+
+def _enter_cpu_programs_at_their_symbol() -> None:
+  """Call a CPU kernel at its function's symbol in its object, not at the start of the object.
+
+  NB: tinygrad 0.14's CPU runtime enters a program at the start of its loaded object, where the one function of a
+  kernel compiled alone is; a kernel compiled with others (compile_together.py) is one function of several. Both
+  tinyjax's calls (`cpu_function`) and tinygrad's CPU queues call `program.addr`: it is moved to the kernel's entry.
+  """
+  ops_cpu.CPUProgram.__init__ = _entered_at_its_symbol(ops_cpu.CPUProgram.__init__)
 
 
 def _position(program_init):
@@ -680,11 +720,21 @@ class _KernelTiming:
       return program
     return lowered
 
+  def timed_unit(self, compile_unit):
+    def compiled(device, compiler, sources):
+      start = time.perf_counter_ns()
+      binaries = compile_unit(device, compiler, sources)
+      self.recording.on_device(device, f"compile {len(sources)} kernels together", "compile", start,
+                               time.perf_counter_ns(), kernels=len(sources))
+      return binaries
+    return compiled
+
 
 def kernels_timed(recording):
   """While the profile `recording` (tinyjax.ir.profile) is on, on the device's row: each kernel's compile (lowering,
-  rendering and compiling it, a BEAM search included), its load by the device's runtime, and each of its runs (also
-  those of tinyjax's launcher, replay.py), waited for; returns the function that ends it.
+  rendering and compiling it, a BEAM search included; kernels compiled together, compile_together.py, have one event
+  for that unit), its load by the device's runtime, and each of its runs (also those of tinyjax's launcher,
+  replay.py), waited for; returns the function that ends it.
 
   NB: a run is timed by the device where its runtime measures it (OpenCL's and WebGPU's timestamps, the CPU device's
   own clock around its synchronous call), otherwise from its launch to the end of a synchronize of the device.
@@ -699,6 +749,7 @@ def kernels_timed(recording):
   timing = _KernelTiming(recording)
   timing.replace(codegen, "do_to_program", timing.timed_lowering(codegen.do_to_program))
   timing.replace(ops_cpu, "do_to_program", timing.timed_lowering(ops_cpu.do_to_program))
+  timing.replace(compile_together, "compile_unit", timing.timed_unit(compile_together.compile_unit))
   timing.replace(Compiled, "runtime", timing.timed_load(Compiled.runtime))
   for program in list(realize.runtime_cache.values()):
     timing.time_runs_of(type(program))
@@ -734,6 +785,8 @@ def amend() -> None:
     _keep_exact_alternatives()
     _share_compile_cache_across_threads()
     _keep_lowered_programs()
+    _compile_new_kernels_together()
+    _enter_cpu_programs_at_their_symbol()
     _number_cl_arguments_by_position()
     _list_every_cl_device()
     _compile_pocl_kernels_in_a_helper_process()
