@@ -1,6 +1,7 @@
 """A schedule's new kernels compiled together (tinyjax/backends/tinygrad/machinery/compile_together.py): one clang for
 the CPU device's kernels, one OpenCL program for CL's; each kernel's results as JAX's on XLA, also where the unit
 fails to compile or a kernel fails to lower."""
+import ctypes
 import os
 import re
 
@@ -59,6 +60,10 @@ def test_new_kernels_of_a_schedule_compile_as_one_unit(units):
     assert len(set(unit)) == len(unit), f"a unit holds two functions of one name: {unit}"
   renamed = [name for unit in units for name in unit if re.fullmatch(r"\w+_[0-9a-f]{8}", name)]
   assert len(renamed) >= 2, units
+  if DEVICE.startswith("CL"):  # the unit's kernels hold one program built from its binary (amendments.py)
+    from tinygrad.engine import realize
+    loaded = [program for program in realize.runtime_cache.values() if program.tinyjax_kernel[1] in renamed]
+    assert len(loaded) == len(renamed) and len({ctypes.addressof(program.program.contents) for program in loaded}) == 1
 
 
 @pytest.mark.skipif(not COMPILES_UNITS, reason="the device compiles its kernels one by one")

@@ -51,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
@@ -372,6 +373,57 @@ def _number_cl_arguments_by_position() -> None:
   except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
     return
   ops_cl.CLProgram.__init__ = _position(ops_cl.CLProgram.__init__)
+
+
+class _SharedClProgram:
+  """An OpenCL program built from one binary, held by every kernel made from that binary; released after the last."""
+
+  def __init__(self, handle, release):
+    self.handle, self.release = handle, release
+
+  def __del__(self):
+    try:
+      self.release(self.handle)
+    except (TypeError, AttributeError):  # the interpreter is shutting down (as tinygrad's CLProgram.__del__)
+      pass
+
+
+_cl_programs = weakref.WeakValueDictionary()  # (device, binary) -> _SharedClProgram
+
+
+def _cl_program(self, device, obj):
+  """tinygrad's CLProgram.__init__, with the program built from a binary once for all its kernels."""
+  from tinygrad.runtime.autogen import opencl as cl
+  from tinygrad.runtime.ops_cl import BP_CB, check, checked, to_char_p_p
+  self.dev, self.signature = device, obj.signature
+  self.lib = device.cl_compiler.compile_cached(obj.lib.decode())
+  if (shared := _cl_programs.get(key := (device.device, self.lib))) is None:
+    handle = checked(cl.clCreateProgramWithBinary(device.context, 1, device.cl_dev, (ctypes.c_size_t * 1)(len(self.lib)),
+                                                  to_char_p_p([self.lib], ctypes.c_ubyte), binary_status := ctypes.c_int32(),
+                                                  error := ctypes.c_int32()), error)
+    check(binary_status.value)
+    check(cl.clBuildProgram(handle, 1, device.cl_dev, None, BP_CB(), None))
+    shared = _cl_programs[key] = _SharedClProgram(handle, cl.clReleaseProgram)
+  check(cl.clRetainProgram(shared.handle))  # released by tinygrad's CLProgram.__del__
+  self.program, self.shared_program = shared.handle, shared
+  self.kernel = checked(cl.clCreateKernel(self.program, obj.name.encode(), status := ctypes.c_int32()), status)
+
+
+def _share_cl_programs_of_one_binary() -> None:
+  """The kernels loaded from one binary (a unit of kernels compiled together, compile_together.py) share the program
+  built from it.
+
+  NB: tinygrad 0.14's CL runtime builds a program from its binary for every kernel: a unit of 18 kernels built 18
+  times held 875 KB a kernel on POCL, where a kernel compiled alone holds 156 KB (and tinygrad keeps every kernel it
+  ran). And on POCL with its kernel cache off, releasing one of two programs built from one binary removes files the
+  other still needs ("Final linking of kernel ... failed", and the process aborts). The program's OpenCL reference
+  count holds one reference per kernel (tinygrad's CLProgram.__del__ releases it) and one for the shared holder.
+  """
+  try:
+    from tinygrad.runtime import ops_cl
+  except (ImportError, OSError):  # no OpenCL library here: no CL device to amend
+    return
+  ops_cl.CLProgram.__init__ = _cl_program
 
 
 def _list_every_cl_device() -> None:
@@ -787,6 +839,7 @@ def amend() -> None:
     _keep_lowered_programs()
     _compile_new_kernels_together()
     _enter_cpu_programs_at_their_symbol()
+    _share_cl_programs_of_one_binary()  # NB: before the arguments' numbering, which wraps the CLProgram.__init__ it finds
     _number_cl_arguments_by_position()
     _list_every_cl_device()
     _compile_pocl_kernels_in_a_helper_process()
