@@ -142,7 +142,7 @@ def test_lowering_goes_through_the_program_cache():
   assert re.search(r"\ndef do_to_program\(ast: ?UOp, renderer: ?Renderer\) -> UOp:", inspect.getsource(codegen))
   assert "do_to_program(ast, renderer)" in inspect.getsource(codegen.to_program)
   assert ops_cpu.do_to_program is codegen.do_to_program
-  assert codegen.do_to_program.__code__.co_filename == program_cache.__file__
+  assert codegen.do_to_program.__wrapped__.__code__.co_filename == program_cache.__file__  # inside compile_together's
   assert list(inspect.signature(codegen.do_compile).parameters) == ["ctx", "prg", "source"]
 
 
@@ -155,6 +155,7 @@ def test_new_kernels_compile_together_through_tinygrads_hooks():
   from tinyjax.backends.tinygrad.machinery import compile_together
   assert "linear = lower_and_compile(linear)" in inspect.getsource(realize.compile_linear)
   assert realize.lower_and_compile.__code__.co_filename == compile_together.__file__
+  assert codegen.do_to_program.__code__.co_filename == compile_together.__file__
   assert ClangCompiler.compile_cached.__code__.co_filename == compile_together.__file__
   assert "lib = ctx.compiler.compile_cached(source.arg)" in inspect.getsource(codegen.do_compile)
   assert "ctypes.CFUNCTYPE(None)(self.addr)" in inspect.getsource(ops_cpu.CPUProgram)

@@ -321,10 +321,12 @@ def _compile_new_kernels_together() -> None:
   program for CL's (compile_together.py).
 
   NB: tinygrad 0.14 calls `lower_and_compile` by its name in `realize` (compile_linear), and ClangCompiler inherits
-  `compile_cached` from Compiler: both are replaced there.
+  `compile_cached` from Compiler: both are replaced there. Lowering (`do_to_program`, around the program cache's)
+  names a group's kernels apart; the CPU device imported it by name.
   """
   realize.lower_and_compile = compile_together.lowered_together(realize.lower_and_compile)
   ClangCompiler.compile_cached = compile_together.compile_cached_deferred(Compiler.compile_cached)
+  codegen.do_to_program = ops_cpu.do_to_program = compile_together.named_apart(codegen.do_to_program)
 
 
 def _entered_at_its_symbol(program_init):

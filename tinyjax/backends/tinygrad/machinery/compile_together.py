@@ -16,8 +16,9 @@ finds every kernel lowered. Measured in docs/performance.md.
   by name. Without CACHEDB (CCACHE=0, CACHELEVEL=0) CL's kernels are compiled one by one, as tinygrad does.
 
 NB: tinygrad names a kernel by its shape (E_12, r_3_4_4): kernels of one schedule often share a name, and one unit
-cannot hold two functions of one name. A kernel whose name another kernel of its unit has is renamed
-`<name>_<its AST's key, 8 hex digits>`, in its program and its source: that name is what DEBUG and a profile show.
+cannot hold two functions of one name. While a group lowers, a kernel whose name a kernel lowered before it in the
+group has is renamed `<name>_<its AST's key, 8 hex digits>`, in its program and its source (`named_apart`, around
+tinygrad's `do_to_program`, so that a profile's compile event has the name the kernel runs under, as DEBUG shows it).
 
 NB: a unit that does not compile (a kernel clang or OpenCL C rejects) is compiled again kernel by kernel, so that the
 error raised is the failing kernel's own, as tinygrad raises it; a kernel search (BEAM) compiles and times its
@@ -26,6 +27,7 @@ candidates itself, and its schedule is lowered as tinygrad lowers it.
 import collections
 import contextlib
 import dataclasses
+import functools
 import sys
 import threading
 
@@ -37,28 +39,53 @@ from tinygrad.runtime.support.compiler_cpu import ClangCompiler
 from tinygrad.uop.ops import KernelInfo, Ops, UOp
 
 _PENDING = b"tinyjax: compiled with the other kernels of its schedule"  # a deferred kernel's binary until then
-_deferring = threading.local()  # .sources: set while a CPU group lowers (flushes on other threads lower on their own)
+_group = threading.local()  # .names: the kernel names lowered so far in the group lowering on this thread, or None
 
 COUNTS: collections.Counter = collections.Counter()  # units compiled, kernels in them, units compiled again one by one
+
+
+def _lowering_group() -> bool:
+  return getattr(_group, "names", None) is not None
 
 
 def compile_cached_deferred(compile_cached):
   """ClangCompiler's `compile_cached`, which, while a group of kernels lowers, answers a source that CACHEDB does not
   hold with the placeholder `_PENDING`."""
   def compile_cached_or_defer(self, source: str) -> bytes:
-    if getattr(_deferring, "active", False) and (self.cachekey is None or diskcache_get(self.cachekey, source) is None):
+    if _lowering_group() and (self.cachekey is None or diskcache_get(self.cachekey, source) is None):
       return _PENDING
     return compile_cached(self, source)
   return compile_cached_or_defer
 
 
+def named_apart(lower):
+  """tinygrad's `do_to_program(ast, renderer)`, which, while a group of kernels lowers, renames a kernel whose name a
+  kernel lowered before it in the group has, where its binary is still to be made (set aside, or made from the source
+  when the runtime loads it): `<name>_<8 hex digits of its AST's key>`, in its program and its source."""
+  @functools.wraps(lower)
+  def lower_named_apart(ast: UOp, renderer) -> UOp:
+    program = lower(ast, renderer)
+    if not _lowering_group():
+      return program
+    name, source, binary = program.arg.function_name, program.src[2].arg, program.src[3].arg
+    if name in _group.names and binary in (_PENDING, source.encode()):
+      unique = f"{name}_{ast.key.hex()[:8]}"
+      source = source.replace(f" {name}(", f" {unique}(", 1)
+      binary = binary if binary == _PENDING else renderer.compiler.compile_cached(source)
+      program = program.replace(arg=dataclasses.replace(program.arg, name=unique),
+                                src=(*program.src[:2], program.src[2].replace(arg=source), UOp(Ops.BINARY, arg=binary)))
+    _group.names.add(program.arg.function_name)
+    return program
+  return lower_named_apart
+
+
 @contextlib.contextmanager
-def _deferred():
-  _deferring.active = True
+def _group_lowering():
+  _group.names = set()
   try:
     yield
   finally:
-    _deferring.active = False
+    _group.names = None
 
 
 def _unit_compiler(device: str):
@@ -71,18 +98,6 @@ def _unit_compiler(device: str):
     compiler = Device[device].cl_compiler
     return (compiler, False) if compiler.cachekey is not None else None
   return None
-
-
-def _renamed(program: UOp, ast: UOp) -> UOp:
-  name = program.arg.function_name
-  unique = f"{name}_{ast.key.hex()[:8]}"
-  source = program.src[2].arg.replace(f" {name}(", f" {unique}(", 1)
-  return program.replace(arg=dataclasses.replace(program.arg, name=unique),
-                         src=(*program.src[:2], program.src[2].replace(arg=source), *program.src[3:]))
-
-
-def _with_binary(program: UOp, binary: bytes) -> UOp:
-  return program.replace(src=(*program.src[:3], UOp(Ops.BINARY, arg=binary)))
 
 
 def compile_unit(device: str, compiler, sources: list[str]) -> list[bytes]:
@@ -109,21 +124,17 @@ def _lower_group(device: str, kernels: dict[tuple, UOp]) -> None:
   renderer = Device[device].renderer
   compiler, compiled_in_lowering = _unit_compiler(device)
   try:
-    with _deferred() if compiled_in_lowering else contextlib.nullcontext():
+    with _group_lowering():
       programs = {key: codegen.to_program(ast, renderer) for key, ast in kernels.items()}
     if compiled_in_lowering:
       waiting = {key: program for key, program in programs.items() if program.src[3].arg == _PENDING}
-    else:
+    else:  # NB: CL's runtime compiles a program's source when it loads it: the unit's binary awaits it in CACHEDB
       waiting = {key: program for key, program in programs.items()
                  if diskcache_get(compiler.cachekey, program.src[2].arg) is None}
-    names = collections.Counter(program.arg.function_name for program in waiting.values())
-    waiting = {key: _renamed(program, kernels[key]) if names[program.arg.function_name] > 1 else program
-               for key, program in waiting.items()}
     binaries = compile_unit(device, compiler, [program.src[2].arg for program in waiting.values()])
-    for (key, program), binary in zip(waiting.items(), binaries):
-      # NB: a CL program's binary is its source (its runtime compiles it): the renamed source
-      codegen.to_program_cache[key] = _with_binary(program, binary if compiled_in_lowering else
-                                                   renderer.compiler.compile_cached(program.src[2].arg))
+    if compiled_in_lowering:
+      for (key, program), binary in zip(waiting.items(), binaries):
+        codegen.to_program_cache[key] = program.replace(src=(*program.src[:3], UOp(Ops.BINARY, arg=binary)))
   finally:  # a kernel that failed to lower or compile leaves no placeholder: tinygrad lowers it again and raises
     for key in kernels:
       if (program := codegen.to_program_cache.get(key)) is not None and program.src[-1].arg == _PENDING:
