@@ -4,6 +4,7 @@ key holds every tinygrad setting that changes a program."""
 import ast as python_ast
 import collections
 import dataclasses
+import inspect
 import io
 import json
 import os
@@ -92,7 +93,7 @@ def kernel():
   x = Tensor(np.linspace(-2, 2, 12, dtype=np.float32), device=device).realize()
   ast = next(call.src[0] for call in (x * 3 + 1).exp2().schedule_linear().src if call.src[0].op is Ops.SINK)
   renderer = Device[device].renderer
-  lower = codegen.do_to_program.__wrapped__  # tinygrad's function, without the cache amendments.py put in front
+  lower = inspect.unwrap(codegen.do_to_program)  # tinygrad's function, without the cache amendments.py put in front
   return ast, renderer, lower(ast, renderer)
 
 
@@ -101,7 +102,7 @@ def cache(tmp_path, monkeypatch):
   """A cache in a directory of the test's own, and a lowering through it; the counts start at zero."""
   config.update("program_cache", str(tmp_path))
   monkeypatch.setattr(program_cache, "COUNTS", collections.Counter())
-  return program_cache.cached(codegen.do_to_program.__wrapped__)
+  return program_cache.cached(inspect.unwrap(codegen.do_to_program))
 
 
 def entry_of(kernel) -> tuple[pathlib.Path, str]:
@@ -153,7 +154,7 @@ def test_an_assembled_program_keeps_its_binary(cache):
   x = Tensor(np.linspace(-2, 2, 12, dtype=np.float32), device="CPU").realize()
   ast = next(call.src[0] for call in (x * 3 + 1).exp2().schedule_linear().src if call.src[0].op is Ops.SINK)
   renderer = X86Renderer(dataclasses.replace(Device["CPU"].renderer.target, renderer="X86"))
-  program = codegen.do_to_program.__wrapped__(ast, renderer)
+  program = inspect.unwrap(codegen.do_to_program)(ast, renderer)
   program_cache.COUNTS.clear()  # opening the CPU device (on another device's leg) lowered its helpers
   assert cache(ast, renderer) is program and cache(ast, renderer) is program
   path, key = entry_of((ast, renderer, program))
