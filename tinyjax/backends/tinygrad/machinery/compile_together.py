@@ -13,7 +13,8 @@ finds every kernel lowered. Measured in docs/performance.md.
   runtime enters a program at its kernel's symbol (amendments.py, `_enter_cpu_programs_at_their_symbol`).
 - CL: the compile happens when the runtime loads a program (`CLProgram` calls `compile_cached` on its source): the
   unit's binary is in CACHEDB before that, under each of its kernels' sources, and the runtime finds its kernel in it
-  by name. Without CACHEDB (CCACHE=0, CACHELEVEL=0) CL's kernels are compiled one by one, as tinygrad does.
+  by name; the kernels of one binary share the program built from it (amendments.py,
+  `_share_cl_programs_of_one_binary`). Without CACHEDB (CCACHE=0, CACHELEVEL=0) CL's kernels are compiled one by one, as tinygrad does.
 
 NB: tinygrad names a kernel by its shape (E_12, r_3_4_4): kernels of one schedule often share a name, and one unit
 cannot hold two functions of one name. While a group lowers, a kernel whose name a kernel lowered before it in the
