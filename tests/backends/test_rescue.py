@@ -12,6 +12,7 @@ import tinyjax
 import tinyjax.numpy as tnp
 from helpers import default_settings  # noqa: F401  (the fixture, for every test here)
 from oracle import assert_like_jax
+from tinyjax.backends.tinygrad.machinery import compile_together
 from tinyjax.choosing import selection
 
 _FILE = os.path.abspath(__file__)
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.usefixtures("default_settings")
 
 
 def _failing_compiler(monkeypatch, failure="compile"):
-  """Every kernel compiled from now on fails: as clang fails on a kernel it rejects ("compile"), or as tinygrad's
-  code generation gives up on one ("codegen": its UOp verification), or with another RuntimeError ("other")."""
+  """Every kernel compiled from now on fails, alone or with others (compile_together): as clang fails on a kernel it
+  rejects ("compile"), or as tinygrad's code generation gives up on one ("codegen": its UOp verification), or with
+  another RuntimeError ("other")."""
   from tinygrad.device import CompileError, Compiler
   backend = selection.current_backend()
   assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
@@ -31,6 +33,8 @@ def _failing_compiler(monkeypatch, failure="compile"):
   def refuse(self, src):
     raise error
   monkeypatch.setattr(Compiler, "compile_cached", refuse)
+  # kernels a schedule brings together are compiled as one unit (compile_together.py): that compile fails too
+  monkeypatch.setattr(compile_together, "compile_unit", lambda device, compiler, sources: refuse(compiler, sources))
 
 
 @pytest.mark.parametrize("policy,failure,size", [("xla", "compile", 19), ("warn", "compile", 21),

@@ -55,7 +55,7 @@ import weakref
 
 from tinygrad import codegen, tensor
 from tinygrad.codegen.late import gater
-from tinygrad.device import Compiled, Compiler, Device
+from tinygrad.device import Compiled, Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine import jit, realize
 from tinygrad.helpers import PARALLEL, strip_parens
@@ -325,7 +325,7 @@ def _compile_new_kernels_together() -> None:
   names a group's kernels apart; the CPU device imported it by name.
   """
   realize.lower_and_compile = compile_together.lowered_together(realize.lower_and_compile)
-  ClangCompiler.compile_cached = compile_together.compile_cached_deferred(Compiler.compile_cached)
+  ClangCompiler.compile_cached = compile_together.compile_cached_or_defer
   codegen.do_to_program = ops_cpu.do_to_program = compile_together.named_apart(codegen.do_to_program)
 
 

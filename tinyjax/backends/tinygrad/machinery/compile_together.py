@@ -8,13 +8,14 @@ one unit, and stores that unit's binary in CACHEDB under each kernel's source; t
 finds every kernel lowered. Measured in docs/performance.md.
 
 - CPU device (clang): the compile is the last step of lowering (`codegen.do_compile` calls `compile_cached`). While a
-  schedule's kernels lower, a source CACHEDB does not hold is set aside and its program gets a placeholder binary,
-  replaced by the unit's object once the unit is compiled. Every kernel of the unit holds the whole object; the CPU
+  schedule's kernels lower, their compiles are set aside and each program gets a placeholder binary, replaced by
+  CACHEDB's or the unit's object once all are lowered. Every kernel of the unit holds the whole object; the CPU
   runtime enters a program at its kernel's symbol (amendments.py, `_enter_cpu_programs_at_their_symbol`).
 - CL: the compile happens when the runtime loads a program (`CLProgram` calls `compile_cached` on its source): the
   unit's binary is in CACHEDB before that, under each of its kernels' sources, and the runtime finds its kernel in it
   by name; the kernels of one binary share the program built from it (amendments.py,
-  `_share_cl_programs_of_one_binary`). Without CACHEDB (CCACHE=0, CACHELEVEL=0) CL's kernels are compiled one by one, as tinygrad does.
+  `_share_cl_programs_of_one_binary`). Without CACHEDB (CCACHE=0, CACHELEVEL=0) CL's kernels are compiled one by
+  one, as tinygrad does.
 
 NB: tinygrad names a kernel by its shape (E_12, r_3_4_4): kernels of one schedule often share a name, and one unit
 cannot hold two functions of one name. While a group lowers, a kernel whose name a kernel lowered before it in the
@@ -49,14 +50,11 @@ def _lowering_group() -> bool:
   return getattr(_group, "names", None) is not None
 
 
-def compile_cached_deferred(compile_cached):
-  """ClangCompiler's `compile_cached`, which, while a group of kernels lowers, answers a source that CACHEDB does not
-  hold with the placeholder `_PENDING`."""
-  def compile_cached_or_defer(self, source: str) -> bytes:
-    if _lowering_group() and (self.cachekey is None or diskcache_get(self.cachekey, source) is None):
-      return _PENDING
-    return compile_cached(self, source)
-  return compile_cached_or_defer
+def compile_cached_or_defer(self, source: str) -> bytes:
+  """ClangCompiler's `compile_cached` (Compiler's, which it inherits), which, while a group of kernels lowers, answers
+  with the placeholder `_PENDING`: the group's sources are looked up in CACHEDB and compiled once they are all lowered
+  (and named apart)."""
+  return _PENDING if _lowering_group() else super(ClangCompiler, self).compile_cached(source)
 
 
 def named_apart(lower):
@@ -105,19 +103,19 @@ def compile_unit(device: str, compiler, sources: list[str]) -> list[bytes]:
   """Each source's binary for `device`: CACHEDB's, else the unit's made of the sources CACHEDB does not hold."""
   binaries = [diskcache_get(compiler.cachekey, source) if compiler.cachekey is not None else None for source in sources]
   missing = [source for source, binary in zip(sources, binaries) if binary is None]
-  if len(missing) < 2:
-    return [binary if binary is not None else compiler.compile_cached(source) for source, binary in zip(sources, binaries)]
-  try:
-    unit = compiler.compile("\n".join(missing))
-  except CompileError:
-    COUNTS["compiled again one by one"] += 1
-    return [binary if binary is not None else compiler.compile_cached(source) for source, binary in zip(sources, binaries)]
-  COUNTS["units"] += 1
-  COUNTS["kernels in units"] += len(missing)
-  if compiler.cachekey is not None:
-    for source in missing:
-      diskcache_put(compiler.cachekey, source, unit)
-  return [binary if binary is not None else unit for binary in binaries]
+  if len(missing) > 1:
+    try:
+      unit = compiler.compile("\n".join(missing))
+    except CompileError:
+      COUNTS["compiled again one by one"] += 1
+    else:
+      COUNTS["units"] += 1
+      COUNTS["kernels in units"] += len(missing)
+      if compiler.cachekey is not None:
+        for source in missing:
+          diskcache_put(compiler.cachekey, source, unit)
+      return [binary if binary is not None else unit for binary in binaries]
+  return [binary if binary is not None else compiler.compile_cached(source) for source, binary in zip(sources, binaries)]
 
 
 def _lower_group(device: str, kernels: dict[tuple, UOp]) -> None:
@@ -127,14 +125,10 @@ def _lower_group(device: str, kernels: dict[tuple, UOp]) -> None:
   try:
     with _group_lowering():
       programs = {key: codegen.to_program(ast, renderer) for key, ast in kernels.items()}
+    # NB: CL's runtime compiles a program's source when it loads it: the unit's binary awaits it in CACHEDB
+    binaries = compile_unit(device, compiler, [program.src[2].arg for program in programs.values()])
     if compiled_in_lowering:
-      waiting = {key: program for key, program in programs.items() if program.src[3].arg == _PENDING}
-    else:  # NB: CL's runtime compiles a program's source when it loads it: the unit's binary awaits it in CACHEDB
-      waiting = {key: program for key, program in programs.items()
-                 if diskcache_get(compiler.cachekey, program.src[2].arg) is None}
-    binaries = compile_unit(device, compiler, [program.src[2].arg for program in waiting.values()])
-    if compiled_in_lowering:
-      for (key, program), binary in zip(waiting.items(), binaries):
+      for (key, program), binary in zip(programs.items(), binaries):
         codegen.to_program_cache[key] = program.replace(src=(*program.src[:3], UOp(Ops.BINARY, arg=binary)))
   finally:  # a kernel that failed to lower or compile leaves no placeholder: tinygrad lowers it again and raises
     for key in kernels:
