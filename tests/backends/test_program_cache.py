@@ -79,8 +79,10 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
   first, second = start(cache), start(cache)
   both = [counts(first), counts(second)]
   assert set(os.listdir(cache)) == {path.name for path in entries(cache)}
-  # each process read or wrote each of its kernels: none found an entry it could not trust (a part of one)
-  assert all(c.get("hits", 0) + c["written"] == len(entries(cache)) > 0 and "rejected" not in c for c in both), both
+  # each process read or wrote each of its kernels: none found an entry it could not trust (a part of one).
+  # NB: a process that starts late finds every entry written (CI met it): it writes none
+  assert all(c.get("hits", 0) + c.get("written", 0) == len(entries(cache)) > 0 and "rejected" not in c
+             for c in both), both
   for path in entries(cache):
     key = json.loads(path.read_bytes().partition(b"\n")[0])["key"]
     assert program_cache.read_entry(str(path), key) is not None, path.name
