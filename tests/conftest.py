@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 import zlib
 
@@ -16,10 +18,22 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "xla"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def _directory_of_this_run(prefix: str) -> str:
+  """A new directory, removed when the process that made it exits (pytest's, or xdist's controller: its workers
+  inherit the environment that names it)."""
+  path = tempfile.mkdtemp(prefix=prefix)
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  return path
+
+
 # TINYJAX_BACKEND=auto remembers its measurements, and tinygrad's lowered programs are kept on disk: the tests' go to a
 # directory of their own, not the user's cache
-os.environ.setdefault("TINYJAX_AUTO_CACHE", os.path.join(tempfile.mkdtemp(prefix="tinyjax-tests-"), "auto.json"))
-os.environ.setdefault("TINYJAX_PROGRAM_CACHE", tempfile.mkdtemp(prefix="tinyjax-programs-"))
+if "TINYJAX_AUTO_CACHE" not in os.environ:
+  os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(_directory_of_this_run("tinyjax-tests-"), "auto.json")
+if "TINYJAX_PROGRAM_CACHE" not in os.environ:
+  os.environ["TINYJAX_PROGRAM_CACHE"] = _directory_of_this_run("tinyjax-programs-")
 # every program the suite flushes has its types checked before it is compiled (tinyjax/ir/show.py)
 os.environ.setdefault("TINYJAX_CHECK_TYPES", "1")
 
