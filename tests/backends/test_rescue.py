@@ -25,13 +25,18 @@ def _failing_compiler(monkeypatch, failure="compile"):
   another RuntimeError ("other")."""
   from tinygrad.device import CompileError, Compiler
   backend = selection.current_backend()
-  assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)  # probed with a working compiler
-  error = {"compile": CompileError("refused by the test"),
-           "codegen": RuntimeError("UOp verification failed at 3 on Ops.AFTER (refused by the test)"),
-           "other": RuntimeError("out of memory (refused by the test)")}[failure]
+  # probed with a working compiler (the probes' answers are kept for the process). NB: float64's too, which the
+  # policies ask of every call: probed with the failing one, the device would lack it for every later test
+  assert backend.supports_dtype(np.float32) and backend.supports_dtype(np.int32)
+  backend.supports_dtype(np.float64)
+  error, message = {"compile": (CompileError, "refused by the test"),
+                    "codegen": (RuntimeError, "UOp verification failed at 3 on Ops.AFTER (refused by the test)"),
+                    "other": (RuntimeError, "out of memory (refused by the test)")}[failure]
 
   def refuse(self, src):
-    raise error
+    # NB: a new error each time: one raised again keeps the frames of its last raise, and so the arrays they hold
+    # (a dead intermediate was then an output of the next program, which compiled and warned again)
+    raise error(message)
   monkeypatch.setattr(Compiler, "compile_cached", refuse)
   # kernels a schedule brings together are compiled as one unit (compile_together.py): that compile fails too
   monkeypatch.setattr(compile_together, "compile_unit", lambda device, compiler, sources: refuse(compiler, sources))
