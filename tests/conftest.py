@@ -145,5 +145,6 @@ def xla(monkeypatch):
   import tinyjax
   tinyjax.flush()
   monkeypatch.setenv("TINYJAX_BACKEND", "xla")
+  monkeypatch.delenv("TINYJAX_DEVICE")  # NB: XLA's own device (the run's, `--device CL`, is tinygrad's)
   yield
   tinyjax.flush()
