@@ -136,6 +136,15 @@ def test_a_gated_load_keeps_an_inexact_alternative(dtype):
   check(lambda np_: np_.r_[-1:1:6j, [0] * 3, 5, 6])
 
 
+def test_constants_keep_their_values_in_every_renderer():
+  """A kernel that stores a constant -0.0 (tinygrad folds `-sqrt(x > x)` of NaNs into one: WGSL's `-0.0f` stored
+  +0.0 on WEBGPU), and one whose index math casts an integer that is no int32 to uint32 (`jnp.diagflat(v, k=-1)`:
+  WGSL refused `bitcast<u32>(-4294967295)`). NB: one test, so that the device leg runs both."""
+  for negated in (lambda np_, zero: -zero, lambda np_, zero: np_.floor(-zero), lambda np_, zero: np_.ceil(zero - 0.5)):
+    check(lambda np_, x: (lambda a: negated(np_, np_.sqrt(a > a)))(np_.asarray(x)), np.full(3, np.nan, np.float32))
+  check(lambda np_, v: [np_.diagflat(v, k=k) for k in (-1, 2)], np.arange(1, 5, dtype=np.float32))
+
+
 def test_lowering_goes_through_the_program_cache():
   """tinygrad's lowering function, which amendments.py wraps with the disk cache: its name, its arguments, its callers
   (tinygrad's in-memory cache, and the CPU device, which imports it by name), and the compile a hit redoes."""

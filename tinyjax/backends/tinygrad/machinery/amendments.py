@@ -28,6 +28,12 @@ NB: the same renderer's NaN literal, `nan()`, was the bits 0xffffffff: a NaN wit
 total order (sort, searchsorted, the `*_to` comparisons) puts below -inf, and signbit reads as negative. XLA's NaN
 literal is 0x7fc00000.
 
+NB: the same renderer writes a float32 -0.0 constant as `-0.0f`, which Dawn (on lavapipe) made +0.0
+(`floor(-sqrt(x > x))` of NaNs stored +0.0): it is written `bitcast<f32>(0x80000000u)`, which keeps its sign. And it
+casts a negative integer constant to u32 as `bitcast<u32>(value)`, which WGSL refuses where the value is no i32 (a
+shader with `bitcast<u32>(-4294967295)`, from `jnp.diagflat(v, k=-1)`, failed to compile): the constant is written
+as its u32, the value modulo 2**32, as the cast makes it.
+
 NB: tinygrad 0.14 makes a contiguous range of a buffer (`x[2:10]` made contiguous) a view of that buffer at an
 offset, not a copy, on every device but CL and WEBGPU. Its kernels load and store vectors as if every buffer began on
 a 16-byte boundary (clang's `int4` is `aligned(16)`, CUDA's loads of four floats need it too): a kernel reading
@@ -248,11 +254,20 @@ def _with_positive_nan(render_kernel):
   return render
 
 
+_WGSL_CONSTANTS = PatternMatcher([
+  (UPat.cvar("c").cast(dtypes.float), lambda c: "bitcast<f32>(0x80000000u)" if c.val == 0 and math.copysign(1, c.val) < 0
+   else None),
+  (UPat.cvar("c").cast((dtypes.uchar, dtypes.ushort, dtypes.uint32)),
+   lambda c: f"{c.val & 0xFFFFFFFF}u" if isinstance(c.val, int) else None),
+])
+
+
 def _fix_wgsl() -> None:
   renderer = wgsl.WGSLRenderer
   fix = PatternMatcher([(UPat(Ops.LOAD, name="load"), _packed_load_then_alternative)])
   renderer.extra_matcher = fix + renderer.extra_matcher
   renderer.render_kernel = _with_positive_nan(renderer.render_kernel)
+  renderer.string_rewrite = _WGSL_CONSTANTS + renderer.string_rewrite
 
 
 # tinygrad's move_where_load, kept where the alternative `a` is the same in the load's dtype: invalid, of that dtype,
