@@ -239,8 +239,13 @@ ARITHMETIC = [
 ]
 
 FLOAT_BINARY = [
-  *family("arctan2 atan2 hypot copysign nextafter logaddexp logaddexp2 heaviside", (F32_EDGE_COL, F32_EDGE),
-          (F16, 0.5)),
+  *family("arctan2 atan2 hypot copysign nextafter heaviside", (F32_EDGE_COL, F32_EDGE), (F16, 0.5)),
+  # NB: logaddexp2(-1, -1) is -1 + 1: a result that cancels to about 0, with an error of float32 ulps of operands
+  # near 1, which no rtol of the result allows (WEBGPU's gives 0.0, XLA's -1.06e-08). Where the result does not
+  # cancel, the rtol holds as before
+  *(Case(name, (F32_EDGE_COL, F32_EDGE), atol=4 * float(np.finfo(np.float32).eps))
+    for name in ("logaddexp", "logaddexp2")),
+  *family("logaddexp logaddexp2", (F16, 0.5)),
   *family("arctan2 hypot", (I32_SMALL, I32_SMALL)),
 ]
 
