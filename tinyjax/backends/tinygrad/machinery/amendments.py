@@ -255,8 +255,8 @@ def _with_positive_nan(render_kernel):
 
 
 _WGSL_CONSTANTS = PatternMatcher([
-  (UPat.cvar("c").cast(dtypes.float), lambda c: "bitcast<f32>(0x80000000u)" if c.val == 0 and math.copysign(1, c.val) < 0
-   else None),
+  (UPat.cvar("c").cast(dtypes.float),
+   lambda c: "bitcast<f32>(0x80000000u)" if c.val == 0 and math.copysign(1, c.val) < 0 else None),
   (UPat.cvar("c").cast((dtypes.uchar, dtypes.ushort, dtypes.uint32)),
    lambda c: f"{c.val & 0xFFFFFFFF}u" if isinstance(c.val, int) else None),
 ])
