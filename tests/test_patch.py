@@ -1,10 +1,11 @@
 """Patch mode: unmodified JAX programs run on tinygrad under `tinyjax run`, and tinyjax.patch() restores JAX exactly.
 
 The programs in tests/programs/ are plain JAX (they never import tinyjax). Each runs twice in a subprocess, as
-`python PROGRAM` and as `tinyjax run PROGRAM --device CPU --report`: the same stdout, and the report shows (nearly)
-all equation runs on tinygrad.
+`python PROGRAM` and as `tinyjax run PROGRAM --device DEVICE --report` on the run's device: the same stdout, and the
+report shows (nearly) all equation runs on tinygrad.
 """
 import importlib
+import os
 import pathlib
 import re
 import subprocess
@@ -27,23 +28,23 @@ from tinyjax.core.report import collecting
 from oracle import assert_like_jax
 
 PROGRAMS = pathlib.Path(__file__).parent / "programs"
-NAMES = ("jitted_loop", "eager_numpy", "random_vmap_scan", "flax_optax_cnn")
+# NB: the first is the one every device leg runs (conftest.py keeps a test function's first case)
+NAMES = ("flax_optax_cnn", "jitted_loop", "eager_numpy", "random_vmap_scan")
 NATIVE_SHARE = re.compile(r"^(\d+) of (\d+) equation runs native", re.MULTILINE)
 
 
-# each program on the CPU; the flax + optax one also on CL (POCL, which the test command installs)
-CASES = [(name, "CPU") for name in NAMES] + [("flax_optax_cnn", "CL")]
-
-
 @pytest.fixture(scope="module")
-def runs():
-  """(program, how) -> CompletedProcess, all started at once: each pays for importing JAX (and tinygrad)."""
-  cases = {(name, "python"): [sys.executable, str(PROGRAMS / f"{name}.py")] for name in NAMES}
-  for name, device in CASES:
-    cases[name, device] = [sys.executable, "-m", "tinyjax.cli.main", "run", str(PROGRAMS / f"{name}.py"),
-                           "--device", device, "--report"]
+def runs(request):
+  """program -> (by python, by tinyjax on the run's device), for the programs this run selected, all started at once:
+  each pays for importing JAX (and tinygrad)."""
+  device = os.environ["TINYJAX_DEVICE"]  # the run's (tests/conftest.py)
+  names = [item.callspec.params["name"] for item in request.session.items
+           if item.parent is request.node and item.originalname == "test_unmodified_program_runs_on_tinygrad"]
+  commands = {(name, "python"): [sys.executable, str(PROGRAMS / f"{name}.py")] for name in names}
+  commands.update({(name, "tinyjax"): [sys.executable, "-m", "tinyjax.cli.main", "run", str(PROGRAMS / f"{name}.py"),
+                                       "--device", device, "--report"] for name in names})
   started = {case: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for case, command in cases.items()}
+             for case, command in commands.items()}
   done = {}
   for case, process in started.items():
     stdout, stderr = process.communicate(timeout=900)
@@ -59,9 +60,9 @@ def _native_share(stderr: str) -> float:
   return native / total
 
 
-@pytest.mark.parametrize("name, device", CASES, ids=[f"{n}-{d}" for n, d in CASES])
-def test_unmodified_program_runs_on_tinygrad(runs, name, device):
-  by_python, by_tinyjax = runs[name, "python"], runs[name, device]
+@pytest.mark.parametrize("name", NAMES)
+def test_unmodified_program_runs_on_tinygrad(runs, name):
+  by_python, by_tinyjax = runs[name, "python"], runs[name, "tinyjax"]
   assert by_python.returncode == 0, by_python.stderr
   assert by_tinyjax.returncode == 0, by_tinyjax.stderr
   assert by_tinyjax.stdout == by_python.stdout
