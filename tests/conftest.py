@@ -70,6 +70,9 @@ NOT_IN_LEG = {
     "digamma's (test_elementwise); test_gradients takes polygamma(1, x) as digamma's derivative on the device",
   "tests/backends/test_linalg.py::test_scipy_polar[4x4]": "QDWH is qr in a while loop (test_jnp_qr, "
     "test_qr_in_jit_replays, test_control_flow's while loops) with dynamic_update_slice (test_indexing)",
+  **{f"tests/backends/test_amendments.py::{name}": "names its device, CL (POCL), whatever the run's: the CPU run runs it"
+     for name in ("test_pocl_kernels_are_compiled_in_a_helper_process", "test_bool_logic_compiles_on_opencl",
+                  "test_every_cl_device_is_listed")},
 }
 
 
