@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from functools import partial
+from functools import cache, partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import jax
@@ -22,7 +22,6 @@ import tinyjax
 from tinyjax import ExportError
 from tinyjax.cli.main import app
 from tinyjax.standalone.webgpu import example_inputs, read_plan
-from xfail import param
 
 
 
@@ -64,18 +63,21 @@ def seed_cnn(activation, pool):
   return apply_model, params
 
 
-def cases(target: str) -> list:
+EXPORT_CASES = ["elementwise_and_reduction", "scores_and_labels", "seed_cnn_silu", "seed_cnn_relu"]
+
+
+@cache
+def export_cases() -> dict:
+  """name -> (function, arguments), made at the first test that takes one: a CNN's init runs dozens of JAX programs,
+  which at collection every pytest process (each worker of each run) paid."""
   rng = np.random.default_rng(0)
   x, y = (rng.standard_normal((5, 7)).astype(np.float32) for _ in range(2))
   images = np.asarray(jax.random.uniform(jax.random.key(1), (2, 28, 28, 1)))
   silu_cnn, silu_params = seed_cnn(nn.silu, nn.avg_pool)
   relu_cnn, relu_params = seed_cnn(nn.relu, nn.max_pool)
-  return [
-    pytest.param(elementwise_and_reduction, (x, y), id="elementwise_and_reduction"),
-    pytest.param(scores_and_labels, (x, rng.standard_normal((7, 3)).astype(np.float32)), id="scores_and_labels"),
-    param(silu_cnn, (silu_params, images), name=f"export {target}: seed CNN, silu + avg_pool", id="seed_cnn_silu"),
-    pytest.param(relu_cnn, (relu_params, images), id="seed_cnn_relu"),
-  ]
+  return {"elementwise_and_reduction": (elementwise_and_reduction, (x, y)),
+          "scores_and_labels": (scores_and_labels, (x, rng.standard_normal((7, 3)).astype(np.float32))),
+          "seed_cnn_silu": (silu_cnn, (silu_params, images)), "seed_cnn_relu": (relu_cnn, (relu_params, images))}
 
 
 def assert_like_jit(fn, args, results):
@@ -115,8 +117,9 @@ def call_c(function, exported, args) -> list[np.ndarray]:
   return outputs
 
 
-@pytest.mark.parametrize("fn, args", cases("c"))
-def test_c_export_equals_jit(fn, args, tmp_path, compiler):
+@pytest.mark.parametrize("case", EXPORT_CASES)
+def test_c_export_equals_jit(case, tmp_path, compiler):
+  fn, args = export_cases()[case]
   exported = tinyjax.export(fn, *args, target="c")
   assert set(exported.files) == {f"{fn.__name__}.c", f"{fn.__name__}.h"}
   function = compiled(exported, tmp_path, compiler)
@@ -196,8 +199,9 @@ def run_plan(device, plan: dict, args) -> list[np.ndarray]:
           for spec, b in zip(plan["buffers"], buffers) if spec["role"] == "output"]
 
 
-@pytest.mark.parametrize("fn, args", cases("webgpu"))
-def test_webgpu_export_equals_jit(fn, args, webgpu):
+@pytest.mark.parametrize("case", EXPORT_CASES)
+def test_webgpu_export_equals_jit(case, webgpu):
+  fn, args = export_cases()[case]
   exported = tinyjax.export(fn, *args, target="webgpu")
   assert set(exported.files) == {f"{fn.__name__}.js", "index.html"}
   assert_like_jit(fn, args, run_plan(webgpu, read_plan(exported.files[f"{fn.__name__}.js"]), args))
