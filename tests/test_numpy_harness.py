@@ -27,7 +27,7 @@ import tinyjax.numpy as tnp
 from numpy_cases import (ARITHMETIC, BITWISE_BINARY, BITWISE_UNARY, COMPARISONS, FLOAT_BINARY, GCD, LOGICAL,
                          PREDICATES, SHIFTS, UNARY_FLOAT, UNARY_NUMERIC)
 from oracle import RTOL, assert_like_jax, assert_values, native, runs_on_xla_as_listed, x64
-from xfail import device_under_test, param
+from xfail import param
 
 DTYPES = [np.bool_, np.uint8, np.uint16, np.uint32, np.int8, np.int16, np.int32, np.float16, ml_dtypes.bfloat16,
           np.float32, np.complex64]
@@ -130,10 +130,8 @@ def _same_but_denormals(actual, expected) -> bool:
 
   NB: known differences (tests/xfail.py "denormals"): XLA's CPU backend flushes float32 and bfloat16 denormal results
   of arithmetic to zero, tinygrad keeps them; where tinygrad emulates bfloat16 (the CPU), it flushes them, where
-  XLA's bit operations (nextafter) keep them; POCL computes float16 without denormals (tests/xfail.py's CL
-  entries), where XLA keeps float16's."""
-  flushed = {np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)} | ({np.dtype(np.float16)}
-                                                                    if device_under_test() == "CL" else set())
+  XLA's bit operations (nextafter) keep them. float16's subnormals are kept everywhere, as XLA keeps them."""
+  flushed = {np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)}
   a_leaves, a_tree = jax.tree_util.tree_flatten(actual, is_leaf=lambda x: isinstance(x, tinyjax.Array))
   e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
   if a_tree != e_tree:

@@ -15,9 +15,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
   ("mul(convert(bool), x)", None): "XLA's algebraic simplifier turns a multiplication by a converted bool (not "
     "broadcast in between) into select(bool, x, 0): False * inf, False * NaN and False * -2.5 are +0.0 in JAX, while "
     "tinygrad multiplies as IEEE does (NaN, NaN, -0.0); so is a bool divided by a constant (False / 0.0 is 0.0)",
-  ("16-bit subnormals where tinygrad emulates the dtype", "float16"): "where the device's renderer lacks float16 "
-    "(POCL without cl_khr_fp16) tinygrad emulates it in float32 and flushes subnormals to zero where it loads and "
-    "stores them (tinygrad/codegen/decomp/dtype.py, f2f: 'denormals are zero')",
   ("denormals", "bfloat16"): "XLA's CPU backend computes bfloat16 in float32 and flushes its denormals (bfloat16's "
     "subnormals) to zero; where tinygrad renders bfloat16 (CL) it keeps them (where it emulates it, it flushes them)",
 }
@@ -25,8 +22,6 @@ XFAIL: dict[tuple[str, str | None], str] = {
 
 # Differences on one tinygrad device only (the device of TINYJAX_DEVICE): (device, name, dtype name or None) -> reason
 XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
-  ("CL", "pow", "float16"): "POCL computes float16 without denormals: 1e3 ** -2.5 = 3.2e-8 becomes 0.0 where XLA "
-    "rounds it to 6e-8, the smallest float16 denormal",
   **{(device, "a * b + c, fused", "float32"): "JAX's own two answers: XLA under jax.jit contracts a * b + c into a "
      "fused multiply-add (on 10000 random float32 triples, jit's result is the exact fma's every time), while JAX's "
      "eager calls round the product first (2366 of the 10000 differ from jit's). tinyjax fuses eager calls into one "
@@ -44,8 +39,6 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
                                                                        "arithmetic on a folded zero",
                                                                        # -0.0 at its ramp's end, where JAX has 0.0
                                                                        "jnp.pad(f32,2,mode='linear_ramp')")},
-  **{("CL", prim, "float16"): "POCL computes float16 without denormals: a result below 6.1e-5 (float16's smallest "
-     "normal) becomes 0.0 where XLA keeps the denormal" for prim in ("igamma", "zeta", "bessel_i1e")},
 }
 
 

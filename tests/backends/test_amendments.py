@@ -145,6 +145,47 @@ def test_constants_keep_their_values_in_every_renderer():
   check(lambda np_, v: [np_.diagflat(v, k=k) for k in (-1, 2)], np.arange(1, 5, dtype=np.float32))
 
 
+def test_emulated_float16_converts_as_xla_does():
+  """tinygrad's emulation of float16 (where the renderer lacks it: POCL; forced here on the run's device) against
+  XLA's conversions: every float16 bit pattern widened to float32, and float32 values narrowed to float16 around
+  each subnormal step (the halfway points among them: ties to even), across the smallest normal and up to the overflow
+  bound (65519.99 is 65504, 65520 infinite). tinygrad flushed subnormals to zero both ways and made 65504 < |x| <
+  65520 infinite."""
+  import jax.numpy as jnp
+  from tinygrad import Tensor
+  device = os.environ["TINYJAX_DEVICE"]
+  patterns = np.arange(2 ** 16, dtype=np.uint16)
+  steps = np.arange(-2100, 2100, dtype=np.float32) * np.float32(2.0 ** -25)  # float16's subnormal steps, halved
+  edges = [2 ** -14, 2 ** -14 * 0.99999, 2 ** -25, 2 ** -25 * 1.0001, 2 ** -26, 1e-30, 65504, 65519.99, 65520, 7e4,
+           3e38, np.inf, np.nan, 1.0009765625, 1.00048828125, 2049.0, 2051.0]
+  values = np.concatenate([steps, np.array(edges + [-e for e in edges], np.float32)])
+  with amendments.kernel_context(EMULATED_DTYPES="float16"):
+    widened = Tensor(patterns, device=device).bitcast(dtypes.half).cast(dtypes.float).numpy()
+    narrowed = Tensor(values, device=device).cast(dtypes.half).bitcast(dtypes.ushort).numpy()
+  expected = np.asarray(jnp.asarray(patterns).view(jnp.float16).astype(jnp.float32))
+  nan = np.isnan(expected)
+  np.testing.assert_array_equal(widened[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+  assert np.isnan(widened[nan]).all()
+  expected = np.asarray(jnp.asarray(values).astype(jnp.float16)).view(np.uint16)
+  nan = np.isnan(values)
+  np.testing.assert_array_equal(narrowed[~nan], expected[~nan])
+  assert np.isnan(narrowed[nan].view(np.float16)).all()
+
+
+def test_an_emulated_floats_running_product_compiles():
+  """A product's running value in a register (cumprod, prod) of an emulated float16 (POCL's, forced here on the run's
+  device): tinygrad's verifier refused the kernel. The emulation computes in float32 and rounds at the store."""
+  import jax.numpy as jnp
+  from tinygrad import Tensor
+  x = np.linspace(0.5, 1.5, 40).astype(np.float16)
+  with amendments.kernel_context(EMULATED_DTYPES="float16"):
+    running, whole = (f(Tensor(x, device=os.environ["TINYJAX_DEVICE"])).numpy() for f in (lambda t: t.cumprod(0),
+                                                                                        lambda t: t.prod()))
+  products = jnp.cumprod(x.astype(np.float32))
+  np.testing.assert_allclose(running, products.astype(jnp.float16), rtol=float(jnp.finfo(jnp.float16).eps))
+  np.testing.assert_allclose(whole, products[-1].astype(jnp.float16), rtol=float(jnp.finfo(jnp.float16).eps))
+
+
 def test_lowering_goes_through_the_program_cache():
   """tinygrad's lowering function, which amendments.py wraps with the disk cache: its name, its arguments, its callers
   (tinygrad's in-memory cache, and the CPU device, which imports it by name), and the compile a hit redoes."""

@@ -1,9 +1,10 @@
 """Every amendment tinyjax makes to tinygrad 0.14, installed by `amend()` once, before tinygrad rewrites any kernel:
-IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its buffer views, its
-gated loads, its compile cache shared across threads, a schedule's new kernels compiled together (compile_together.py),
-its CL runtime's arguments, programs (one per binary), devices and compiles on POCL, its CPU device's synchronize,
-kernel entries and calls, its CUDA device's graphs, its TinyJit captures' buffers on CL and WEBGPU, its kernel
-heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
+IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its float16 emulation's
+conversions, its buffer views, its gated loads, its compile cache shared across threads, a schedule's new kernels
+compiled together (compile_together.py), its CL runtime's arguments, programs (one per binary), devices and compiles
+on POCL, its CPU device's synchronize, kernel entries and calls, its CUDA device's graphs, its TinyJit captures'
+buffers on CL and WEBGPU, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on
+disk (program_cache.py).
 While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -60,6 +61,7 @@ import time
 import weakref
 
 from tinygrad import codegen, tensor
+from tinygrad.codegen.decomp import dtype as decomp_dtype
 from tinygrad.codegen.late import gater
 from tinygrad.device import Compiled, Device
 from tinygrad.dtype import dtypes
@@ -72,7 +74,7 @@ from tinygrad.runtime.support import elf
 from tinygrad.runtime.support.compiler_cpu import ClangCompiler
 from tinygrad.schedule import memory
 from tinygrad.uop import symbolic
-from tinygrad.uop.ops import Ops, PatternMatcher, UPat, python_alu
+from tinygrad.uop.ops import Ops, PatternMatcher, UPat, graph_rewrite, python_alu
 
 from tinyjax.backends.tinygrad.machinery import compile_together, kernel_opts, program_cache
 
@@ -260,6 +262,67 @@ _WGSL_CONSTANTS = PatternMatcher([
   (UPat.cvar("c").cast((dtypes.uchar, dtypes.ushort, dtypes.uint32)),
    lambda c: f"{c.val & 0xFFFFFFFF}u" if isinstance(c.val, int) else None),
 ])
+
+
+_FLOAT16_SMALLEST_NORMAL_BITS = 0x38800000  # 2**-14 as float32 bits: below it, float16 is subnormal
+
+
+def _float16_subnormals_kept(convert):
+  """tinygrad's `f2f(bits, fr, to)` (codegen/decomp/dtype.py), which converts an emulated float at each load and store,
+  with float16's subnormals kept between float16 and float32, where tinygrad flushes them to zero."""
+  @functools.wraps(convert)
+  def f2f(v, fr, to, sat=True):
+    converted = convert(v, fr, to, sat)
+    if (fr, to) == (dtypes.half, dtypes.float):  # v: float16 bits; a subnormal is its mantissa times 2**-24, exactly
+      mantissa = v & 0x3FF
+      magnitude = mantissa.cast(dtypes.float) * 2.0 ** -24
+      subnormal = (v & 0x7C00).eq(0) & mantissa.ne(0)
+      return subnormal.where((v & 0x8000).ne(0).where(-magnitude, magnitude), converted)
+    if (fr, to) == (dtypes.float, dtypes.half):  # v: float32 bits; the subnormal's mantissa is |x| * 2**24 rounded
+      absolute = v & 0x7FFFFFFF
+      subnormal = absolute < _FLOAT16_SMALLEST_NORMAL_BITS
+      # NB: the products and differences below are exact, so no rounding mode is assumed; only subnormals' magnitudes
+      # are scaled (a large one cast to an integer is undefined in C)
+      scaled = subnormal.where(absolute, 0).bitcast(dtypes.float) * 2.0 ** 24
+      whole = scaled.cast(dtypes.uint)
+      fraction = scaled - whole.cast(dtypes.float)
+      halfway = fraction.eq(0.5)
+      rounded_up = (0.5 < fraction) | (halfway & (whole & 1).ne(0))  # to nearest, ties to even
+      bits = ((v >> 16) & 0x8000) | (whole + rounded_up.cast(dtypes.uint))  # 1024 is the smallest normal's bits
+      return subnormal.where(bits.cast(dtypes.ushort), converted)
+    return converted
+  return f2f
+
+
+def _float16_overflow_rounded(clamp):
+  """tinygrad's `f2f_clamp(value, dt, sat)`, which bounds a float32 value about to become an emulated float: for
+  float16 the bound is 65520, where rounding to nearest reaches infinity, not 65504, the largest float16 (tinygrad
+  made 65504 < |x| < 65520 infinite, where a float16 store rounds it to 65504)."""
+  @functools.wraps(clamp)
+  def f2f_clamp(val, dt, sat=True):
+    if dt != dtypes.half:
+      return clamp(val, dt, sat)
+    bound, infinity = val.const_like(65520.0), val.const_like(math.inf)
+    return val.ne(val).where(val, (val < bound).where((-bound < val).where(val, -infinity), infinity))
+  return f2f_clamp
+
+
+def _register_of_an_emulated_float(ctx, x):
+  """AFTER (a register's value once stored) of an emulated float: of the register's storage, as the register is."""
+  if x.dtype != ctx[0]:
+    return None
+  storage = graph_rewrite(x.src[0], decomp_dtype.pm_float_decomp, ctx=ctx, bottom_up=True)
+  return x.replace(dtype=storage.dtype, src=(storage, *x.src[1:]), tag=ctx[0])
+
+
+def _emulate_floats_as_ieee() -> None:
+  """NB: tinygrad 0.14's emulation of a float its renderer lacks (float16 on POCL) made the AFTER of an accumulator
+  register (a product's running value) an AFTER of a cast, which its verifier refused (cumprod and prod of float16
+  did not compile on CL): AFTER follows its register into the storage dtype."""
+  decomp_dtype.f2f = _float16_subnormals_kept(decomp_dtype.f2f)
+  decomp_dtype.f2f_clamp = _float16_overflow_rounded(decomp_dtype.f2f_clamp)
+  decomp_dtype.pm_float_decomp = PatternMatcher([(UPat(Ops.AFTER, name="x"), _register_of_an_emulated_float)]) + \
+    decomp_dtype.pm_float_decomp
 
 
 def _fix_wgsl() -> None:
@@ -848,6 +911,7 @@ def amend() -> None:
     _keep_float_zeros()
     _keep_float_arithmetic()
     _keep_float_order()
+    _emulate_floats_as_ieee()
     _simplify_only_bool_valids()
     _fix_wgsl()
     _align_views()
