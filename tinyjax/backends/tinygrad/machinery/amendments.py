@@ -35,6 +35,10 @@ casts a negative integer constant to u32 as `bitcast<u32>(value)`, which WGSL re
 shader with `bitcast<u32>(-4294967295)`, from `jnp.diagflat(v, k=-1)`, failed to compile): the constant is written
 as its u32, the value modulo 2**32, as the cast makes it.
 
+NB: where a renderer lacks float16 (POCL has no cl_khr_fp16), tinygrad 0.14 computes it in float32 and converts at
+each load and store: it flushed float16's subnormals to zero both ways and made 65504 < |x| < 65520 infinite, where
+XLA keeps the subnormals and rounds those to 65504. The conversions between float16 and float32 are IEEE's now.
+
 NB: tinygrad 0.14 makes a contiguous range of a buffer (`x[2:10]` made contiguous) a view of that buffer at an
 offset, not a copy, on every device but CL and WEBGPU. Its kernels load and store vectors as if every buffer began on
 a 16-byte boundary (clang's `int4` is `aligned(16)`, CUDA's loads of four floats need it too): a kernel reading
