@@ -66,6 +66,41 @@ def test_jvp_vjp_linearize():
   assert_like_jax((out, f_jvp(tnp.asarray(t))), (expected_out, expected_jvp(t)), rtol=1e-6)
 
 
+def _node_types(tree):
+  """The pytree's node types, outermost first, and its count of leaves: its structure without the node data that holds
+  each function (JAX's own differ between two calls)."""
+  treedef = jax.tree_util.tree_structure(tree)
+  types, todo = [], [treedef]
+  while todo:
+    node = todo.pop(0)
+    types.append(node.node_data()[0] if node.node_data() else None)
+    todo.extend(node.children())
+  return types, treedef.num_leaves
+
+
+@pytest.mark.parametrize("transform", ["vjp", "linearize"])
+def test_returned_functions_are_jaxs_pytrees(transform):
+  """JAX's rematerialization pages pass jax.vjp's function to jit and make_jaxpr: it is JAX's `VJP` (linearize's a
+  `Partial`), a pytree of its residuals, with JAX's node types, its backward jaxpr readable, and it passes through
+  JAX's and tinyjax's jit."""
+  f = lambda v: jnp.sin(v) * v  # noqa: E731
+  t = np.ones(3, np.float32)
+  _, expected = getattr(jax, transform)(f, V)
+  _, actual = getattr(tinyjax, transform)(f, tnp.asarray(V))
+  assert type(actual) is type(expected)
+  assert _node_types(actual) == _node_types(expected)
+  assert all(isinstance(leaf, tinyjax.Array) for leaf in jax.tree_util.tree_leaves(actual))
+  if transform == "vjp":
+    assert str(actual.jaxpr) == str(expected.jaxpr)
+  applied = lambda fn, ct: fn(ct)  # noqa: E731
+  for result in (actual(tnp.asarray(t)), tinyjax.jit(applied)(actual, tnp.asarray(t))):
+    assert_like_jax(result, expected(t), rtol=1e-6)
+  # JAX's own jit takes it too (its result is JAX's: outside patch mode, jax.jit is not tinyjax's)
+  jax.tree_util.tree_map(functools.partial(np.testing.assert_allclose, rtol=1e-6), jax.jit(applied)(actual, t),
+                         jax.jit(applied)(expected, t))
+  assert str(jax.make_jaxpr(applied)(actual, t)) == str(jax.make_jaxpr(applied)(expected, t))
+
+
 def _custom_jvp(T):
   @T.custom_jvp
   def clipped_sin(x):

@@ -4,6 +4,7 @@ Each transformed function is traced once per input avals (like every tinyjax cal
 pending buffer, so `grad(jit(f))`, `jit(vmap(grad(f)))` and the like compose in any order, with each other and with
 JAX's own transformations (inside which tinyjax.numpy defers to jax.numpy).
 """
+import dataclasses
 import functools
 import inspect
 
@@ -82,27 +83,18 @@ def jvp(fun, primals, tangents, has_aux=False):
   return tracing.call(_jvp, (fun, tuple(primals), tuple(tangents), has_aux))
 
 
-def _apply(fn, *args):
-  return fn(*args)
+class _BackwardOnTheQueue(functools.partial):
+  """The `fun` of JAX's `VJP` (a partial of JAX's backward function; `VJP.jaxpr` reads its arguments), applied through
+  the pending queue: `VJP` calls it with its trees and residuals, then calls what it returns with the cotangents."""
+
+  def __call__(self, in_tree, out_tree, args_res, opaque_residuals, *ct_refs):
+    jax_vjp = self.jax_vjp_type(functools.partial(self.func, *self.args, **self.keywords), in_tree, out_tree,
+                                args_res, opaque_residuals)
+    return lambda *cts: tracing.call(_backward, (jax_vjp, ct_refs, *cts))
 
 
-class _LazyFunction:
-  """A function returned by a JAX transformation (a pytree of residuals), called through the pending queue; its
-  attributes are JAX's (`vjp_fun.args_res`: the residuals, tinyjax Arrays)."""
-
-  def __init__(self, fn):
-    self._fn = fn
-
-  def __call__(self, *args):
-    return tracing.call(_apply, (self._fn, *args))
-
-  def __getattr__(self, name):
-    return getattr(self._fn, name)
-
-
-# a pytree whose one child is JAX's function (the VJP of jax.vjp, a pytree of its residuals), as JAX's is: it passes
-# through jit, make_jaxpr and tree_map as JAX's does
-jax.tree_util.register_pytree_node(_LazyFunction, lambda f: ((f._fn,), None), lambda _, children: _LazyFunction(*children))
+def _backward(jax_vjp, ct_refs, *cts):
+  return jax_vjp.with_refs(*ct_refs)(*cts) if ct_refs else jax_vjp(*cts)
 
 
 def _vjp(fun, *primals, has_aux):
@@ -111,7 +103,14 @@ def _vjp(fun, *primals, has_aux):
 
 def vjp(fun, *primals, has_aux=False):
   out = tracing.call(_vjp, (fun, *primals), {"has_aux": has_aux})
-  return (out[0], _LazyFunction(out[1]), *out[2:])
+  return (out[0], _queued_vjp(out[1]), *out[2:])
+
+
+def _queued_vjp(jax_vjp):
+  """JAX's own `VJP` (a pytree of its residuals, tinyjax Arrays here), its backward pass run by tinyjax."""
+  backward = _BackwardOnTheQueue(jax_vjp.fun.func, *jax_vjp.fun.args, **jax_vjp.fun.keywords)
+  backward.jax_vjp_type = type(jax_vjp)
+  return dataclasses.replace(jax_vjp, fun=backward)
 
 
 def _linearize(fun, *primals):
@@ -120,7 +119,12 @@ def _linearize(fun, *primals):
 
 def linearize(fun, *primals):
   out, f_jvp = tracing.call(_linearize, (fun, *primals))
-  return out, _LazyFunction(f_jvp)
+  # JAX's own Partial over the linearized residuals (tinyjax Arrays here), its function run by tinyjax
+  return out, jax.tree_util.Partial(functools.partial(_apply_on_the_queue, f_jvp.func), *f_jvp.args, **f_jvp.keywords)
+
+
+def _apply_on_the_queue(fn, *args):
+  return tracing.call(fn, args)
 
 
 def _spec(x):
