@@ -145,6 +145,17 @@ def test_values_no_array_refers_to_are_dropped():
   assert counting("cos") == cosines + 1
 
 
+@pytest.fixture
+def heap_of_this_test():
+  """gc.collect and gc.get_objects see only the objects made during the test: the older ones (in a worker of the whole
+  suite, millions: every kernel compiled before) are frozen (gc.freeze), so each count below takes milliseconds
+  instead of seconds there, and the growth it measures is the same."""
+  gc.collect()
+  gc.freeze()
+  yield
+  gc.unfreeze()
+
+
 def memory_in_use() -> dict:
   """What a long loop must not accumulate: live buffered calls and Values, and tinygrad's device bytes."""
   from tinygrad.helpers import GlobalCounters
@@ -183,7 +194,7 @@ def assert_flat(before: dict, after: dict, **slack):
   assert not grown, f"grew (before, after): {grown}"
 
 
-def test_long_eager_loop_keeps_memory_flat_and_the_buffer_bounded(monkeypatch):
+def test_long_eager_loop_keeps_memory_flat_and_the_buffer_bounded(monkeypatch, heap_of_this_test):
   """20,000 eager operations (400 flushes): never more than TINYJAX_BUFFER_LIMIT pending equations, and pending calls,
   Values and tinygrad buffers do not accumulate."""
   # NB: short programs: with the default limit (2000) this chain fuses into one kernel nested too deeply for clang,
@@ -215,7 +226,7 @@ def _mlp_loss(params, x, y):
   return jnp.mean((hidden @ params["w2"] + params["b2"] - y) ** 2)
 
 
-def test_long_jit_training_loop_keeps_memory_flat():
+def test_long_jit_training_loop_keeps_memory_flat(heap_of_this_test):
   """180 SGD steps of a small MLP (gradients from tinyjax.jit(tinyjax.grad(loss)), eager updates): after warm-up,
   pending calls, Values, device bytes and the Python heap stay flat, and the weights are JAX's."""
   rng = np.random.default_rng(0)
@@ -230,12 +241,11 @@ def test_long_jit_training_loop_keeps_memory_flat():
     return params
   grad = tinyjax.jit(tinyjax.grad(_mlp_loss))
   params = steps(grad, jax.tree_util.tree_map(tnp.asarray, init), 60)  # warm-up: compiled, captured, caches filled
-  marks, blocks = [memory_in_use()], [python_blocks()]
+  before, blocks = memory_in_use(), [python_blocks()]
   for _ in range(3):
     params = steps(grad, params, 40)
-    marks.append(memory_in_use())
     blocks.append(python_blocks())
-  assert_flat(marks[0], marks[-1], values=2)
+  assert_flat(before, memory_in_use(), values=2)
   thirds = [later - earlier for earlier, later in zip(blocks, blocks[1:])]
   # NB: a one-off growth (a dict rebuilt larger, a source file's lines read for a warning) is no leak, which grows in
   # every third. The bound, 10 blocks a step: measured at most 3 on CPU, CL and WEBGPU; one array kept a step, 30
@@ -416,7 +426,7 @@ def test_a_cut_flush_run_again_is_one_list_of_launches_with_jaxs_values(monkeypa
   assert counted[1][0] > 1 and counted[1] == counted[2] == counted[3]
 
 
-def test_a_long_loop_cut_into_chunks_keeps_memory_flat(monkeypatch):
+def test_a_long_loop_cut_into_chunks_keeps_memory_flat(monkeypatch, heap_of_this_test):
   """An eager loop with a sine in every step, flushed by the buffer bound: each flush cut into chunks (the last left
   pending), whose values are let go once read. Pending calls, Values and device bytes do not accumulate, neither
   between flushes nor during one (a flush of 400 equations runs some 80 chunks here)."""
