@@ -18,6 +18,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "xla"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# NB: POCL (the CL device here) builds each kernel's generic work-group function when tinyjax's helper process asks
+# for the program's binary (amendments.py), then by default builds it again, specialized to the launch's sizes, at
+# the kernel's first launch: about a third of a CL kernel's compile time (test_linalg's device leg: 120 -> 102 s).
+# The suite runs the generic one: POCL's specialization optimizes the same code (docs/devices.md); users keep it.
+os.environ.setdefault("POCL_WORK_GROUP_SPECIALIZATION", "0")
 
 
 def _directory_of_this_run(prefix: str) -> str:
