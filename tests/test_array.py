@@ -19,6 +19,7 @@ import pytest
 
 import tinyjax
 import tinyjax.numpy as tnp
+import tinyjax.random
 from oracle import assert_like_jax, on_tinygrad
 
 
@@ -598,6 +599,31 @@ def test_repr_like_jax(case):
   actual, expected = REPRS[case](tnp), REPRS[case](jnp)
   assert repr(actual) == repr(expected)
   assert str(actual) == str(expected)
+
+
+def _outcome(fn, random):
+  """What `fn(random)` gives, as a user reads it: its class's name and repr, or its exception's type and message."""
+  try:
+    result = fn(random)
+  except Exception as error:
+    return type(error).__name__, str(error)
+  return type(result).__name__, repr(result)
+
+
+# a key array as JAX's dispatch, NumPy, Python and pickle read it; `r` is jax.random or tinyjax.random
+KEY_READS = {
+  "class": lambda r: r.key(7), "device_get": lambda r: jax.device_get({"k": r.split(r.key(7), 3)})["k"],
+  "pickled": lambda r: pickle.loads(pickle.dumps(r.split(r.key(7)))), "row": lambda r: list(r.split(r.key(7), 3))[2],
+  "jax_jit": lambda r: jax.jit(lambda k: jax.random.split(k))(r.key(7)), "numpy": lambda r: np.asarray(r.key(7)),
+  "bool": lambda r: bool(r.key(7)), "format": lambda r: format(r.key(7), ">5"), "formatted": lambda r: f"{r.key(7)}",
+  "sum": lambda r: r.split(r.key(7)).sum(), "astype": lambda r: r.key(7).astype(np.uint32),
+  "item": lambda r: r.key(7).item(), "reshape": lambda r: r.split(r.key(7), 4).reshape(2, 2).T,
+}
+
+
+@pytest.mark.parametrize("case", KEY_READS)
+def test_key_arrays_read_as_jaxs(case):
+  assert _outcome(KEY_READS[case], tinyjax.random) == _outcome(KEY_READS[case], jax.random)
 
 
 def test_repr_follows_numpy_print_options():

@@ -11,6 +11,7 @@ Read this module to know what tinyjax pretends and how. Three parts:
    (`Array._as_jax`: values are immutable, so the next JAX call on the same Array costs no transfer); the results
    are JAX's own arrays. tinyjax's own functions (tinyjax.numpy, tinyjax.jit, ...) run on the tinyjax backend.
    `jax.device_put(x)` gives JAX's array; `jax.device_get(x)` / `np.asarray(x)` read the tinyjax value.
+   An Array of PRNG keys is a `KeyArray`, which reads as JAX's `PRNGKeyArray` does (`register_key_array_with_jax`).
 
 2. **Every public name of JAX.** `import tinyjax` offers each name `import jax` offers, and `tinyjax.X` each
    name of `jax.X` for every JAX module (`tinyjax.numpy.linalg`, `tinyjax.scipy.stats.norm`, `tinyjax.tree_util`,
@@ -39,9 +40,12 @@ import numpy as np
 # NB: jax.extend offers none of the registries JAX's dispatch consults; they are jax._src's (jax 0.10)
 from jax._src import core as jax_core
 from jax._src import dtypes as jax_dtypes
+from jax._src import tree_util as jax_tree_util
 from jax._src.interpreters import pxla as jax_pxla
+from jax._src.random import prng as jax_prng
 
-from tinyjax.core.array import Array, CommittedArray
+from tinyjax.core import tracing
+from tinyjax.core.array import Array, CommittedArray, KeyArray
 from tinyjax.core.mirror import mirror
 from tinyjax.overrides import OVERRIDES
 
@@ -59,6 +63,34 @@ def register_array_with_jax(array_type: type = Array) -> None:
   # running on XLA (eager jax.numpy, a jit-compiled call, device_put) takes the data, as JAX's array, made once
   jax_dtypes.register_canonicalize_value_handler(array_type, lambda x: x._as_jax())  # NB: jax._src
   jax_pxla.shard_arg_handlers[array_type] = _as_jax_arrays  # NB: jax._src (arguments not canonicalized first)
+
+
+def _key_data(key: KeyArray) -> tuple:
+  return (tracing.call(jax.random.key_data, (key,)),), key.dtype._impl  # NB: the PRNGImpl itself, as JAX flattens
+
+
+def _key_array(impl, children) -> jax.Array:
+  """A key array over `children`' one raw data array: a tinyjax key over a tinyjax Array, else JAX's own (as
+  `jax.device_get` makes it, over a NumPy array)."""
+  data, = children
+  if isinstance(data, Array):
+    return tracing.call(jax.random.wrap_key_data, (data,), {"impl": impl})
+  return jax_prng.PRNGKeyArray(impl, data)
+
+
+def register_key_array_with_jax() -> None:
+  """Make JAX's dispatch read tinyjax's key arrays as it reads its own: an Array, and a pytree over their raw data to
+  JAX's dispatch registry (`jax.device_get` flattens a key array there, and recurses without it)."""
+  register_array_with_jax(KeyArray)
+  jax_tree_util.dispatch_registry.register_node(KeyArray, _key_data, _key_array)  # NB: jax._src
+  # what JAX's key arrays are not: NumPy arrays, bools (JAX's TypeErrors) or numbers to format (Python's format of
+  # any object), or arrays with the methods PRNGKeyArray does not forward (`sum`, `astype`, `item`, ...: jax.Array's
+  # abstract ones, NotImplementedError)
+  for name in ("__array__", "__bool__", "__format__"):
+    setattr(KeyArray, name, getattr(jax_prng.PRNGKeyArray, name))
+  for name in vars(jax.Array):
+    if not name.startswith("_") and name in vars(Array) and name not in vars(jax_prng.PRNGKeyArray):
+      setattr(KeyArray, name, vars(jax.Array)[name])
 
 
 def _array_namespace(self, api_version=None):
@@ -155,3 +187,4 @@ if not any(isinstance(finder, MirrorFinder) for finder in sys.meta_path):
 
 register_array_with_jax()
 register_array_with_jax(CommittedArray)
+register_key_array_with_jax()

@@ -84,6 +84,12 @@ class Array(jax.Array):
   __slots__ = ("_value", "_jax", "__weakref__")
   __array_priority__ = 100  # NumPy defers binary operators to us
 
+  def __new__(cls, value, *_):  # (a subclass also takes its placement)
+    # NB: a key's dtype is no NumPy dtype: tested first, so that the common case costs one isinstance
+    if cls is Array and not isinstance(value.aval.dtype, np.dtype) and keys.is_key(value.aval.dtype):
+      cls = KeyArray
+    return super().__new__(cls)
+
   def __init__(self, value):
     self._value = value
     self._jax = None  # the value as JAX's own array, made when JAX's code first reads it
@@ -344,6 +350,10 @@ def _from_host(host, weak_type):
   return Array(_host_value(jax.core.ShapedArray(host.shape, host.dtype, weak_type=weak_type), host))
 
 
+def _keys_from_host(host, aval):
+  return Array(_host_value(aval, host))
+
+
 # NB: Python's own operator errors name a class by its __name__; JAX's arrays are jaxlib's ArrayImpl, so that
 # "'<' not supported between instances of 'ArrayImpl' and 'dict'" reads as JAX's (the class stays tinyjax.Array)
 Array.__name__ = "ArrayImpl"
@@ -361,6 +371,16 @@ for _name in _PROPERTIES:
 def _update(x, index, method, values, kwargs):
   ref = x.at[index]
   return getattr(ref, method)(*values, **kwargs)
+
+
+class KeyArray(Array):
+  """An Array of typed PRNG keys (`jax.random.key`'s, dtype `key<fry>`), made whenever an Array's dtype is one. JAX's
+  own are `PRNGKeyArray`s, which JAX's dispatch reads as a pytree over their raw data (`jax.device_get`, jit's
+  arguments): tinyjax.identity registers this class the same way."""
+  __slots__ = ()
+
+  def __reduce__(self):
+    return (_keys_from_host, (self._value.to_host(), self.aval))
 
 
 class CommittedArray(Array):
@@ -415,7 +435,8 @@ def _named_sharding(aval):
 
 
 CommittedArray.__name__ = ShardedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
-tracing.set_array_types(Array, CommittedArray, ShardedArray)
+KeyArray.__name__ = "PRNGKeyArray"  # as JAX's key arrays
+tracing.set_array_types(Array, KeyArray, CommittedArray, ShardedArray)
 
 
 class _IndexUpdateRef:

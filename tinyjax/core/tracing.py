@@ -147,12 +147,14 @@ class _ArrayType:
 Array: type = _ArrayType
 CommittedArray: type = _ArrayType
 ShardedArray: type = _ArrayType
+_LAZY_TYPES: frozenset = frozenset()  # the Arrays a call site takes as inputs: Array and its keys' class
 
 
-def set_array_types(array_type: type, committed_type: type, sharded_type: type) -> None:
+def set_array_types(array_type: type, key_type: type, committed_type: type, sharded_type: type) -> None:
   """Called once by tinyjax.core.array: the classes `call` wraps its results in (layers go one way: array uses us)."""
-  global Array, CommittedArray, ShardedArray
+  global Array, CommittedArray, ShardedArray, _LAZY_TYPES
   Array, CommittedArray, ShardedArray = array_type, committed_type, sharded_type
+  _LAZY_TYPES = frozenset({array_type, key_type})
 
 
 def is_array(x) -> bool:
@@ -524,7 +526,7 @@ class CallSite:
     if leaves is None:  # an eager call: its Arrays and Python scalars
       for source, aval in zip(self.sources, self.avals):
         leaf = kwargs[source] if type(source) is str else args[source]
-        if type(leaf) is Array:
+        if type(leaf) in _LAZY_TYPES:
           value = leaf._value
           if type(value) is DeletedValue:
             value.to_host()  # raises JAX's error at the call
@@ -536,7 +538,7 @@ class CallSite:
       concrete = True
       for source, aval in zip(self.sources, self.avals):
         inputs.append(value := input_value(leaf := leaves[source], aval))
-        if type(leaf) is Array:
+        if type(leaf) in _LAZY_TYPES:
           arrays.append(leaf)
           concrete = concrete and value.node is None
     traced = self.traced
@@ -556,7 +558,7 @@ def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
   key = [fn, static_scalars]
   for a in args:
     kind = type(a)
-    if kind is Array:
+    if kind in _LAZY_TYPES:
       key.append(a._value.aval)
     elif kind is float and not static_scalars:
       key.append(_FLOAT)
@@ -572,7 +574,7 @@ def _call_key(fn, args: tuple, kwargs: dict, static_scalars: bool):
       return None
   for name, a in kwargs.items():
     kind = type(a)
-    if kind is Array:
+    if kind in _LAZY_TYPES:
       key.append((name, a._value.aval))
     elif kind in _SIMPLE or kind in _SCALAR_TYPES:
       key.append((name, static_key(a)))
@@ -589,7 +591,7 @@ def _leaves_key(fn, treedef, leaves: list, kwargs: dict):
   key = [fn, treedef]
   for leaf in leaves:
     kind = type(leaf)
-    if kind is Array:
+    if kind in _LAZY_TYPES:
       key.append(leaf._value.aval)
     elif kind is Scalar:
       key.append((Scalar, type(leaf.value)))  # NB: a jitted function's scalars are never retried static
@@ -778,7 +780,7 @@ def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
     if len(_propagations) > _PROPAGATIONS_KEPT:
       _propagations.pop(next(iter(_propagations)))
   leaves, tree = jax.tree_util.tree_flatten(out, is_leaf=is_array)
-  leaves = [ShardedArray(x._value, s) if type(x) is Array and isinstance(s, jax.sharding.NamedSharding) else x
+  leaves = [ShardedArray(x._value, s) if type(x) in _LAZY_TYPES and isinstance(s, jax.sharding.NamedSharding) else x
             for x, s in zip(leaves, placed)]
   pending.track(leaves)  # NB: the Arrays the queue tracked are replaced: a flush finds these
   return jax.tree_util.tree_unflatten(tree, leaves)
