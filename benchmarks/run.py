@@ -420,6 +420,23 @@ def bench_chained_sines(repeats):
   row("80 chained sines on 256 floats, compiled", times, ("tinyjax eager", "JAX eager", "<= 2"))
 
 
+def bench_key_splits(repeats):
+  """A training loop's randomness, eagerly: 200 steps of `key, sub = split(key)` and a draw from `sub`, then one read
+  (unpacking a split reads the keys: each step is a program run and a copy out and in), once compiled."""
+  def loop(random, key):
+    total = 0.0
+    for _ in range(200):
+      key, sub = random.split(key)
+      total = total + random.normal(sub, (8,))
+    return total
+  times = {"JAX eager": median_time(lambda: loop(jax.random, jax.random.key(0)).block_until_ready(), repeats)}
+  with on_backend("tinygrad"):
+    import tinyjax.random
+    times["tinyjax eager"] = median_time(lambda: loop(tinyjax.random, tinyjax.random.key(0)).block_until_ready(),
+                                         repeats)
+  row("eager loop of 200 key splits and draws, compiled", times, ("tinyjax eager", "JAX eager", "<= 2"))
+
+
 def bench_while_loop(repeats):
   """A fori_loop whose bounds are known only at run time (a while loop): 1,000 iterations of a scalar body that
   reads a closed-over matrix. tinyjax reads the predicate on the host before each replayed step of SCAN_CHUNK
@@ -578,7 +595,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
   parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
-                      "factorization_calls,eager_first_run,new_kernels,chained_sines,first_call,data_parallel",
+                      "factorization_calls,eager_first_run,new_kernels,chained_sines,key_splits,first_call,data_parallel",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -589,7 +606,7 @@ def main():
              "nested_loops": lambda: bench_nested_loops(repeats),
              "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call,
              "eager_first_run": bench_eager_first_run, "new_kernels": bench_new_kernels,
-             "chained_sines": lambda: bench_chained_sines(repeats),
+             "chained_sines": lambda: bench_chained_sines(repeats), "key_splits": lambda: bench_key_splits(repeats),
              "data_parallel": lambda: bench_data_parallel(repeats)}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run

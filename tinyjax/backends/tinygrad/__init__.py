@@ -85,7 +85,7 @@ class TinygradBackend(Backend):
     if self.spans_devices:  # NB: the split is a kernel on each device, made as a program's kernels are
       with kernel_context(**self.contexts):
         return device.split(data, self.tg_device, split_axis(sharding, len(self.tg_device))).realize()
-    buffer = device.copied_in(data, self.tg_device).realize()
+    buffer = device.written(data, self.tg_device)
     device.release_copied_hosts(self.tg_device)
     return carried.PairBuffer(buffer, host.dtype) if data is not host else buffer
 

@@ -84,6 +84,23 @@ def copied_in(host: np.ndarray, tg_device: str):
   return Tensor(host.reshape(host.shape or (1,)), device=tg_device).reshape(host.shape)
 
 
+def written(host: np.ndarray, tg_device: str):
+  """A C-contiguous, writable host array as a realized Tensor on one device: a new buffer with the array's bytes
+  written into it.
+
+  NB: the copy tinygrad's own copy kernel makes (engine/realize.py's exec_copy: the allocator's `_copyin`, tinygrad
+  0.14), without the scheduling of one: `Tensor(host).realize()` cost ~1 ms of tinygrad's scheduler a copy, the most
+  of an eager step that reads one value and computes on it again (a key split in a loop)."""
+  from tinygrad import Tensor
+  from tinygrad.uop.ops import UOp
+  if host.size == 0:
+    return copied_in(host, tg_device).realize()
+  tensor = Tensor(UOp.new_buffer(tg_device, host.size, tg_dtype(host.dtype)))  # NB: Tensor.empty's, less its views
+  raw = tensor.uop.buffer.allocate()
+  raw.allocator._copyin(raw._buf, memoryview(host.reshape(-1).view(np.uint8)))  # NB: the bytes (bfloat16's too)
+  return tensor if host.ndim == 1 else tensor.reshape(host.shape)
+
+
 def release_copied_hosts(tg_device: str) -> None:
   """NB: tinygrad's OpenCL runtime keeps each host array it copies from until its queue is synchronized
   (ops_cl.py, pending_copyin): a loop that passes NumPy arrays to every call and reads no result would grow by an
@@ -94,10 +111,35 @@ def release_copied_hosts(tg_device: str) -> None:
 
 
 def copied_out(buffer) -> np.ndarray:
+  """A Tensor's value as a host array: a realized buffer's bytes read as they are (NB: the copy of tinygrad's own copy
+  kernel, the allocator's `_copyout`, without scheduling one, as `written`), any other Tensor through `numpy()`."""
+  raw = _whole_buffer(buffer)
+  if raw is not None:
+    host = np.empty(buffer.shape, next((h for h in _CARRIED_AS_BITS if buffer.dtype == tg_dtype(h)), None)
+                    or _np_dtype(buffer.dtype))
+    raw.allocator._copyout(memoryview(host.reshape(-1).view(np.uint8)), raw._buf)
+    return host
   for host_dtype, carrier in _CARRIED_AS_BITS.items():
     if buffer.dtype == tg_dtype(host_dtype):
       return buffer.bitcast(tg_dtype(carrier)).numpy().view(host_dtype)
   return buffer.numpy()
+
+
+def _whole_buffer(tensor):
+  """The allocated buffer on one device whose elements, in order, are the Tensor's (a buffer, reshaped), or None."""
+  from tinygrad.uop.ops import Ops
+  uop = tensor.uop
+  while uop.op is Ops.RESHAPE:
+    uop = uop.src[0]
+  if uop.op is not Ops.BUFFER or not isinstance(uop.device, str) or uop.dtype != tensor.dtype:
+    return None
+  raw = uop.buffer
+  return raw if raw.is_allocated() and raw.size == tensor.numel() > 0 else None
+
+
+def _np_dtype(dtype) -> np.dtype:
+  from tinygrad.dtype import _to_np_dtype
+  return np.dtype(_to_np_dtype(dtype))
 
 
 def address(buffer) -> int | None:
