@@ -618,7 +618,15 @@ KEY_READS = {
   "bool": lambda r: bool(r.key(7)), "format": lambda r: format(r.key(7), ">5"), "formatted": lambda r: f"{r.key(7)}",
   "sum": lambda r: r.split(r.key(7)).sum(), "astype": lambda r: r.key(7).astype(np.uint32),
   "item": lambda r: r.key(7).item(), "reshape": lambda r: r.split(r.key(7), 4).reshape(2, 2).T,
+  "placed_class": lambda r: (lambda k: (type(k).__name__, k.sharding.spec))(_placed_on_a_mesh(r.split(r.key(7), 4), r)),
+  "placed_device_get": lambda r: jax.device_get(_placed_on_a_mesh(r.split(r.key(7), 4), r)),
 }
+
+
+def _placed_on_a_mesh(x, random):
+  """x placed over two devices by tinyjax's device_put (JAX's for JAX's keys)."""
+  sharding = jax.sharding.NamedSharding(jax.make_mesh((2,), ("x",)), jax.sharding.PartitionSpec("x"))
+  return (jax if random is jax.random else tinyjax).device_put(x, sharding)
 
 
 @pytest.mark.parametrize("case", KEY_READS)

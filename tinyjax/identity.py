@@ -45,7 +45,7 @@ from jax._src.interpreters import pxla as jax_pxla
 from jax._src.random import prng as jax_prng
 
 from tinyjax.core import tracing
-from tinyjax.core.array import Array, CommittedArray, KeyArray
+from tinyjax.core.array import KEY_CLASSES, Array, CommittedArray, KeyArray
 from tinyjax.core.mirror import mirror
 from tinyjax.overrides import OVERRIDES
 
@@ -78,11 +78,15 @@ def _key_array(impl, children) -> jax.Array:
   return jax_prng.PRNGKeyArray(impl, data)
 
 
-def register_key_array_with_jax() -> None:
+def register_key_array_with_jax(key_class: type) -> None:
   """Make JAX's dispatch read tinyjax's key arrays as it reads its own: an Array, and a pytree over their raw data to
   JAX's dispatch registry (`jax.device_get` flattens a key array there, and recurses without it)."""
-  register_array_with_jax(KeyArray)
-  jax_tree_util.dispatch_registry.register_node(KeyArray, _key_data, _key_array)  # NB: jax._src
+  register_array_with_jax(key_class)
+  jax_tree_util.dispatch_registry.register_node(key_class, _key_data, _key_array)  # NB: jax._src
+
+
+def _key_arrays_as_jaxs() -> None:
+  """What a key array has and lacks as JAX's PRNGKeyArray does (the classes of placed keys inherit KeyArray's)."""
   # what JAX's key arrays are not: NumPy arrays, bools (JAX's TypeErrors) or numbers to format (Python's format of
   # any object), or arrays with the methods PRNGKeyArray does not forward (`sum`, `astype`, `item`, ...: jax.Array's
   # abstract ones, NotImplementedError)
@@ -187,4 +191,6 @@ if not any(isinstance(finder, MirrorFinder) for finder in sys.meta_path):
 
 register_array_with_jax()
 register_array_with_jax(CommittedArray)
-register_key_array_with_jax()
+for _key_class in KEY_CLASSES:
+  register_key_array_with_jax(_key_class)
+_key_arrays_as_jaxs()

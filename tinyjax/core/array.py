@@ -86,8 +86,8 @@ class Array(jax.Array):
 
   def __new__(cls, value, *_):  # (a subclass also takes its placement)
     # NB: a key's dtype is no NumPy dtype: tested first, so that the common case costs one isinstance
-    if cls is Array and not isinstance(value.aval.dtype, np.dtype) and keys.is_key(value.aval.dtype):
-      cls = KeyArray
+    if not isinstance(value.aval.dtype, np.dtype) and keys.is_key(value.aval.dtype):
+      cls = _KEY_CLASSES.get(cls, cls)
     return super().__new__(cls)
 
   def __init__(self, value):
@@ -434,8 +434,19 @@ def _named_sharding(aval):
   return None if mesh is None else jax.sharding.NamedSharding(mesh, typed.spec)
 
 
+class CommittedKeyArray(CommittedArray, KeyArray):
+  __slots__ = ()
+
+
+class ShardedKeyArray(ShardedArray, KeyArray):
+  __slots__ = ()
+
+
 CommittedArray.__name__ = ShardedArray.__name__ = "ArrayImpl"  # as Array's, for Python's operator errors
-KeyArray.__name__ = "PRNGKeyArray"  # as JAX's key arrays
+KEY_CLASSES = (KeyArray, CommittedKeyArray, ShardedKeyArray)
+_KEY_CLASSES = dict(zip((Array, CommittedArray, ShardedArray), KEY_CLASSES))  # the class of an Array of keys
+for _key_class in KEY_CLASSES:
+  _key_class.__name__ = "PRNGKeyArray"  # as JAX's key arrays
 tracing.set_array_types(Array, KeyArray, CommittedArray, ShardedArray)
 
 

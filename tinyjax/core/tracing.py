@@ -758,7 +758,7 @@ def _on_a_mesh(sharding) -> bool:
 
 
 def _on_an_auto_mesh(x) -> bool:
-  return type(x) is ShardedArray and jax.sharding.AxisType.Auto in x.sharding.mesh.axis_types
+  return isinstance(x, ShardedArray) and jax.sharding.AxisType.Auto in x.sharding.mesh.axis_types
 
 
 _propagations: dict = {}  # (trace serial, the inputs' shardings) -> the outputs' shardings
@@ -770,7 +770,7 @@ def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
   places them: on such a mesh the shardings are not in the types, and XLA's propagation decides them (JAX's compile
   of the trace, asked once per trace and input shardings). NB: tinyjax computes the values on one device, as for
   every placed Array; such a call is not remembered (the remembered ways would not place its results)."""
-  shardings = tuple(x.sharding if type(x) is ShardedArray else None for x in dynamic_leaves)
+  shardings = tuple(x.sharding if isinstance(x, ShardedArray) else None for x in dynamic_leaves)
   key = (traced.serial, shardings)
   if (placed := _propagations.get(key)) is None:
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s) for a, s in zip(avals, shardings)]
