@@ -91,6 +91,17 @@ def test_log1p_near_zero_is_xlas(name):
   check_traced(lax.log1p, x, jax_jit=True, rtol=0)
 
 
+@pytest.mark.parametrize("name", [param("tanh, fused as XLA fuses", name="tanh, fused as XLA fuses")])
+def test_tanh_is_xlas(name):
+  """float32 tanh as XLA's CPU backend expands it (Eigen's rational approximation of a clamped x, its polynomials in
+  Horner's form with fused multiply-adds; x itself below 4e-4): XLA's bits, where the device's compiler fuses as
+  XLA's does. JAX's documentation's finite differences of a loss through tanh divide its last ulp by 1e-4."""
+  rng = np.random.default_rng(4)
+  x = np.concatenate([rng.uniform(-9, 9, 20000), rng.uniform(-1e-3, 1e-3, 2000),
+                      [7.99881172, 7.9988118, -8.0, 4e-4, -4e-4, 3.99e-4, 1e-40, -0.0, 0.0]]).astype(np.float32)
+  check_traced(lax.tanh, x, jax_jit=True, rtol=0)
+
+
 @pytest.mark.parametrize("method", [0, 1], ids=["away_from_zero", "to_nearest_even"])
 @pytest.mark.parametrize("dtype", [F32, F16], ids=dtype_name)
 def test_round(method, dtype):

@@ -1,12 +1,13 @@
-"""Functions XLA expands into a formula in the operand's dtype (exp2, logistic, sinh, cosh, erf, erfc, erf_inv,
+"""Functions XLA expands into a formula in the operand's dtype (exp2, logistic, tanh, sinh, cosh, erf, erfc, erf_inv,
 lgamma, digamma), replayed with the same roundings so that they share XLA's errors, on floatmath's exp, log and sin.
 """
 import math
 import operator
 
 from tinyjax.backends.tinygrad.numerics.floatbits import F64, fabs
-from tinyjax.backends.tinygrad.numerics.floatmath import (INF, NAN, cos, div, exp, expm1, in_f32, log, log1p, poly,
-                                                 rounded_op, sin)
+from tinyjax.backends.tinygrad.numerics.floatmath import (INF, NAN, by_dtype, cos, div, exp, expm1, in_f32, log, log1p,
+                                                 poly, rounded_op, sin)
+from tinyjax.backends.tinygrad.numerics.floatmath import tanh as floatmath_tanh
 
 
 def exp2(x):
@@ -16,6 +17,24 @@ def exp2(x):
 def logistic(x):
   denominator = rounded_op(operator.add)(x.const_like(1), exp(-x))  # jax: 1 / (1 + exp(-x))
   return rounded_op(div)(x.const_like(1), denominator)
+
+
+# tanh of float32: XLA's CPU expansion (llvm_ir::EmitFastTanh, with fused multiply-adds: Eigen's rational
+# approximation), x itself where |x| < 0.0004, elsewhere of x clamped where the approximation reaches exactly 1
+TANH_NUMERATOR = [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+                  1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03]
+TANH_DENOMINATOR = [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03]
+TANH_CLAMP = 7.99881172180175781
+
+
+def _tanh_f32(x):
+  clamped = x.maximum(-TANH_CLAMP).minimum(TANH_CLAMP)
+  squared = clamped * clamped
+  ratio = div(clamped * poly(squared, TANH_NUMERATOR), poly(squared, TANH_DENOMINATOR))
+  return (fabs(x) < 0.0004).where(x, ratio)
+
+
+tanh = by_dtype(_tanh_f32, floatmath_tanh)  # NB: float64's is floatmath's (expm1's)
 
 
 def _sinh(x):
