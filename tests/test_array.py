@@ -614,6 +614,7 @@ def _outcome(fn, random):
 KEY_READS = {
   "class": lambda r: r.key(7), "device_get": lambda r: jax.device_get({"k": r.split(r.key(7), 3)})["k"],
   "pickled": lambda r: pickle.loads(pickle.dumps(r.split(r.key(7)))), "row": lambda r: list(r.split(r.key(7), 3))[2],
+  "rows_of_one": lambda r: list(r.key(7)),
   "jax_jit": lambda r: jax.jit(lambda k: jax.random.split(k))(r.key(7)), "numpy": lambda r: np.asarray(r.key(7)),
   "bool": lambda r: bool(r.key(7)), "format": lambda r: format(r.key(7), ">5"), "formatted": lambda r: f"{r.key(7)}",
   "sum": lambda r: r.split(r.key(7)).sum(), "astype": lambda r: r.key(7).astype(np.uint32),

@@ -379,6 +379,11 @@ class KeyArray(Array):
   arguments): tinyjax.identity registers this class the same way."""
   __slots__ = ()
 
+  def __iter__(self):
+    if self.ndim == 0:
+      raise TypeError("iteration over a 0-d key array")  # JAX's key arrays' message
+    return super().__iter__()
+
   def __reduce__(self):
     return (_keys_from_host, (self._value.to_host(), self.aval))
 
