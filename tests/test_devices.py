@@ -210,6 +210,23 @@ def test_host_arrays_move_to_the_device_and_back(device, kind):
   assert placed.device == backend.device and _bits(np.asarray(placed)) == _bits(host)
 
 
+@pytest.mark.parametrize("kind", [kind for kind, host in _host_arrays().items() if host.size])
+@pytest.mark.parametrize("device", DEVICES)
+def test_host_arrays_move_without_a_schedule(device, kind, monkeypatch):
+  """A copy in or out is the device allocator's copy, as tinygrad's copy kernel makes it, with no schedule of
+  tinygrad's (one cost ~1 ms: an eager loop that reads a value and computes on it again paid two a step)."""
+  from tinygrad import Tensor
+  host = _host_arrays()[kind]
+  backend = selection.backend_for("tinygrad", device)
+  backend.get(backend.put(host))  # the device's probes of what it computes (kernels of their own) made first
+  realized = []
+  realize = Tensor.realize
+  monkeypatch.setattr(Tensor, "realize", lambda self, *a, **k: realized.append(self) or realize(self, *a, **k))
+  back = backend.get(backend.put(host))
+  assert _bits(back) == _bits(host)
+  assert realized == []
+
+
 def _bits(host: np.ndarray) -> bytes:
   return np.array(host, copy=True).tobytes()  # C order, whatever the layout
 
