@@ -590,7 +590,6 @@ REPRS = {
 
 
 def _random(module):
-  import tinyjax.random
   return jax.random if module is jnp else tinyjax.random
 
 
