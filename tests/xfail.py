@@ -27,6 +27,9 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
      "eager calls round the product first (2366 of the 10000 differ from jit's). tinyjax fuses eager calls into one "
      "program, which clang, POCL and NVRTC contract as XLA's jit does (WGSL's compilers did not): the test compares "
      "with the eager result" for device in ("CPU", "CL", "CUDA")},
+  ("WEBGPU", "sin and cos, glibc's in float64", None): "XLA's float32 sin and cos are glibc's sinf and cosf, "
+    "computed in float64 and rounded once; WebGPU has no float64, and tinyjax computes them in float32 there (within "
+    "an ulp of XLA's: 94,000 of 260,000 random float32 differ by one)",
   **{("WEBGPU", name, None): "WGSL's compilers do not contract a product and a sum into a fused multiply-add as "
      "XLA's jit, clang and POCL do (see 'a * b + c, fused')"
      for name in ("float sums of products, grouped as XLA groups them", "log1p near 0, fused as XLA fuses",

@@ -3,12 +3,15 @@ with XLA on CPU, for the elementwise rules.
 
 Each function takes and returns Tensors of one float dtype. float32 (and float16 and bfloat16, computed in float32
 and rounded) by range reduction and polynomials in float32 and integer bit manipulation, as XLA expands them, within
-a few ulp on every device (no float64, which WebGPU and Metal lack); float64 by tinygrad's float64 functions. The
+a few ulp on every device (no float64, which WebGPU and Metal lack; but sin and cos, in float64 on the host's CPU as
+glibc computes them for XLA); float64 by tinygrad's float64 functions. The
 functions XLA expands into a formula of these (erf, lgamma, logistic, ...) are in xla_formulas.py; the bit-level
 helpers in floatbits.py.
 `# NB:` marks where tinygrad's own function, or its optimizer's rewriting of float expressions, differs from XLA.
 Division is Ops.FDIV, which tinyjax makes an operation of every tinygrad renderer (amendments.py).
 """
+import ctypes
+import functools
 import math
 
 from tinygrad import Tensor, dtypes
@@ -230,8 +233,14 @@ def _bits_of_two_over_pi(count: int) -> int:
 
 # enough words for a float64's 24-bit part of exponent up to 1000 (the float32 kernels read the first 13)
 TWO_OVER_PI_WORDS = [(_bits_of_two_over_pi(16 * 76) >> (16 * (75 - w))) & 0xFFFF for w in range(76)]
-SIN32 = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
-COS32 = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
+# The polynomials of sin and cos on |r| <= pi/4, r + r^3 P(r^2) and 1 + c r^2 + r^4 Q(r^2), by the dtype they are
+# evaluated in: in float64 glibc's sinf and cosf (XLA's CPU code calls them for float32), in float32 Cephes' (which
+# keep float16 results XLA's: glibc's in float32 do not); highest power first, P's then c, Q's
+SIN_ODD = {F64: [float.fromhex(h) for h in ("-0x1.994eb3774cf24p-13", "0x1.1107605230bc4p-7", "-0x1.555545995a603p-3")],
+           F32: [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]}
+COS_EVEN = {F64: [float.fromhex(h) for h in ("0x1.99343027bf8c3p-16", "-0x1.6c087e89a359dp-10", "0x1.55553e1068f19p-5",
+                                             "-0x1.ffffffd0c621cp-2")],
+            F32: [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2, -0.5]}
 
 
 def _times_two_over_pi(mantissa, exponent, max_exponent: int, n: int) -> list:
@@ -300,13 +309,13 @@ def _nearest_quadrant(digits, dtype):
   return up.where(minus(r), r), ((quadrant + up.cast(u32)) & 3).cast(dtypes.int32)
 
 
-def _reduce_pi_over_2(a):
-  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4, j an int32 in [0, 4), for float32 a >= pi/4 (finite):
-  Payne and Hanek's reduction of a = M 2**E, E in [-24, 104]."""
+def _reduce_pi_over_2(a, dtype):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4 (r in `dtype`), j an int32 in [0, 4), for float32
+  a >= pi/4 (finite): Payne and Hanek's reduction of a = M 2**E, E in [-24, 104]."""
   b = bits(a)
   exponent = (b >> 23).cast(dtypes.int32) - 150
   mantissa = (b & typed(b, 0x7FFFFF)) | typed(b, 0x800000)
-  return _nearest_quadrant(_times_two_over_pi(mantissa, exponent, 104, 6), F32)
+  return _nearest_quadrant(_times_two_over_pi(mantissa, exponent, 104, 6), dtype)
 
 
 def _reduce_pi_over_2_64(a):
@@ -333,19 +342,43 @@ def _reduce_pi_over_2_64(a):
   return r + rest, quadrant
 
 
+@functools.cache
+def computes_on_the_host(device) -> bool:
+  """Whether tinygrad's `device` computes on the host's CPU: its CPU device, or an OpenCL device of CPU type (POCL).
+  Not for None, the device of tinygrad's constants, which may yet meet any device."""
+  name = device[0] if isinstance(device, tuple) else device
+  if name is None or name.split(":")[0] != "CL":
+    return name is not None and name.split(":")[0] == "CPU"
+  from tinygrad import Device
+  from tinygrad.runtime.autogen import opencl as cl
+  kind = cl.cl_device_type()
+  cl.clGetDeviceInfo(Device[name].cl_dev, cl.CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
+  return bool(kind.value & cl.CL_DEVICE_TYPE_CPU)
+
+
 def _sin_cos32(x):
-  """(sin x, cos x) for float32 x."""
+  """(sin x, cos x) for float32 x, as glibc's sinf and cosf compute them: r = |x| - j pi/2, |r| <= pi/4, the
+  polynomials in r of sin and cos, chosen and signed by the quadrant j, in float64, rounded once to float32.
+
+  NB: in float64 only on the host's CPU (tinygrad's CPU device, POCL), where XLA runs those functions and where
+  float64 is fast: there each result is XLA's to the bit. Elsewhere (WebGPU and Metal have no float64, most GPUs a
+  slow one) the same steps run in float32, within an ulp or two of XLA's.
+  """
+  wide = F64 if computes_on_the_host(x.device) else F32
   a = fabs(x)
-  small = a < math.pi / 4
-  finite = a < math.inf
-  reduced, quadrant = _reduce_pi_over_2((small | ~finite).where(1.0, a))
-  r = small.where(a, reduced)
+  small, finite = a < math.pi / 4, a < math.inf
+  r, quadrant = _reduce_pi_over_2((small | ~finite).where(1.0, a), wide)
+  if wide == F64:  # glibc's reduction below 120: j the nearest integer to |x| 2/pi, r one fused multiply-add
+    near = a.cast(F64)
+    j = (near * (2 / math.pi) + 0.5).floor()
+    r, quadrant = (a < 120).where(minus(j) * (math.pi / 2) + near, r), (a < 120).where(j.cast(dtypes.int32) & 3, quadrant)
+  r = small.where(a.cast(wide), r)
   quadrant = small.where(0, quadrant)
   z = r * r
   # NB: with r's sign: on a constant r = 0, tinygrad folds (0 * z * p) + 0 to the product, whose sign is p's
-  sin_r = with_sign(r * z * poly(z, SIN32) + r, r)
-  cos_r = (z * z * poly(z, COS32) + z * -0.5) + 1.0
-  return _in_quadrant(x, sin_r, cos_r, quadrant, finite)
+  sin_r = with_sign(r * z * poly(z, SIN_ODD[wide]) + r, r)
+  cos_r = (z * z * poly(z, COS_EVEN[wide][:-1]) + z * COS_EVEN[wide][-1]) + 1.0
+  return tuple(v.cast(F32) for v in _in_quadrant(x.cast(wide), sin_r, cos_r, quadrant, finite))
 
 
 def _in_quadrant(x, sin_r, cos_r, quadrant, finite):
