@@ -102,17 +102,48 @@ def test_tanh_is_xlas(name):
   check_traced(lax.tanh, x, jax_jit=True, rtol=0)
 
 
-@pytest.mark.parametrize("name", [param("sin and cos, glibc's in float64", name="sin and cos, glibc's in float64")])
-@pytest.mark.parametrize("fn", [lax.sin, lax.cos], ids=["sin", "cos"])
-def test_sin_and_cos_are_xlas(name, fn):
-  """float32 sin and cos as XLA's CPU code computes them (it calls glibc's sinf and cosf: a reduction to |r| <= pi/4
-  in float64, polynomials in float64, one rounding): XLA's bits, where the device is the host's CPU. A scan's
+def _trig_arguments(rng):
+  return np.concatenate([rng.uniform(-8, 8, 20000), rng.uniform(-120, 120, 10000), rng.uniform(-1e4, 1e4, 5000),
+                         10 ** rng.uniform(2, 38, 5000), rng.uniform(-1e-3, 1e-3, 2000),
+                         [0.75, 0.74999994, 120.0, 119.99999, np.pi / 4, np.pi / 2, -0.0, 0.0, np.inf, np.nan]])
+
+
+def _atan_arguments(rng):
+  signs = np.where(rng.uniform(size=4000) < 0.5, -1.0, 1.0)
+  return np.concatenate([rng.normal(0, 3, 20000), rng.uniform(-80, 80, 5000), signs * 10 ** rng.uniform(-30, 38, 4000),
+                         [0.4375, 0.6875, 1.1875, 2.4375, 2.0 ** 25, -(2.0 ** 25), 2.0 ** -29, -0.0, 0.0, np.inf, -np.inf,
+                          np.nan]])
+
+
+def _atan2_arguments(rng):
+  grid = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.0, 2e30, -3e-30])
+  y, x = np.meshgrid(grid, grid)
+  return (np.concatenate([rng.normal(0, 3, 20000), y.ravel()]), np.concatenate([rng.normal(0, 3, 20000), x.ravel()]))
+
+
+def _unit_arguments(rng):
+  return np.concatenate([rng.uniform(-1, 1, 20000), [1.0, -1.0, 0.0, -0.0, 1.0000001, np.nan, 0.99999994]])
+
+
+@pytest.mark.parametrize("name,fn,arguments,dtype", [
+  param("sin and cos, glibc's in float64", lax.sin, _trig_arguments, F32, name="sin and cos, glibc's in float64", id="sin"),
+  param("sin and cos, glibc's in float64", lax.cos, _trig_arguments, F32, name="sin and cos, glibc's in float64", id="cos"),
+  param("atan", lax.atan, _atan_arguments, F32, name="atan", id="atan"),
+  param("atan", lax.atan, _atan_arguments, F16, name="atan", id="atan-float16"),
+  param("atan2", lax.atan2, _atan2_arguments, F32, name="atan2", id="atan2"),
+  param("asin", lax.asin, _unit_arguments, F32, name="asin", id="asin"),
+  param("asin", lax.asin, _unit_arguments, F16, name="asin", id="asin-float16"),
+  param("acos", lax.acos, _unit_arguments, F32, name="acos", id="acos"),
+  param("acos", lax.acos, _unit_arguments, F16, name="acos", id="acos-float16"),
+])
+def test_libm_functions_are_xlas(name, fn, arguments, dtype):
+  """float32 sin, cos, atan and atan2 as XLA's CPU code computes them (it calls glibc's sinf, cosf, atanf and atan2f:
+  sin and cos in float64, rounded once; atan and atan2 by FreeBSD's float32 steps, none fused), asin and acos as XLA
+  expands them on atan2 (each operation in the operand's dtype: float16's rounded to float16): XLA's bits. A scan's
   second-order finite differences in JAX's tests divide their last ulp by 1e-4, amplified by each step."""
-  rng = np.random.default_rng(5)
-  x = np.concatenate([rng.uniform(-8, 8, 20000), rng.uniform(-120, 120, 10000), rng.uniform(-1e4, 1e4, 5000),
-                      10 ** rng.uniform(2, 38, 5000), rng.uniform(-1e-3, 1e-3, 2000),
-                      [0.75, 0.74999994, 120.0, 119.99999, np.pi / 4, np.pi / 2, 1e-40, -0.0, 0.0, np.inf, np.nan]])
-  check_traced(fn, x.astype(np.float32), jax_jit=True, rtol=0)
+  values = arguments(np.random.default_rng(5))
+  check_traced(fn, *(np.asarray(v).astype(dtype) for v in (values if isinstance(values, tuple) else (values,))),
+               jax_jit=True, rtol=0)
 
 
 @pytest.mark.parametrize("method", [0, 1], ids=["away_from_zero", "to_nearest_even"])
@@ -469,7 +500,7 @@ def test_every_renderer_divides():
 
 def test_float32_programs_have_no_float64():
   """Float32 math runs in float32 (WebGPU and Metal have no float64): no kernel of a float32 program names double,
-  but sin's and cos's on the host's CPU, which are glibc's in float64 (test_sin_and_cos_are_xlas)."""
+  but sin's and cos's on the host's CPU, which are glibc's in float64 (test_libm_functions_are_xlas)."""
   from unittest import mock
 
   from tinygrad import Device
@@ -490,7 +521,8 @@ def test_float32_programs_have_no_float64():
     (lambda np_, v: [np_.sin(v * 1e5), np_.cos(v), np_.tan(v)])
   with mock.patch.object(renderer_class, "render", recording):
     check(lambda np_, v: [*trig(np_, v), np_.exp(v), np_.log(np_.abs(v)),
-                          np_.arctan2(v, 3.0), np_.power(np_.abs(v), v * 0.5), np_.fmod(v, 0.7), np_.tanh(v), np_.log1p(np_.abs(v)),
+                          np_.arctan2(v, 3.0), np_.power(np_.abs(v), v * 0.5), np_.fmod(v, 0.7), np_.tanh(v),
+                          np_.log1p(np_.abs(v)),
                           np_.expm1(v), np_.cbrt(v), np_.arcsinh(v), np_.arctanh(v / 31)], x)
   assert sources
   for source in sources:

@@ -14,6 +14,7 @@ import ctypes
 import functools
 import math
 
+import numpy as np
 from tinygrad import Tensor, dtypes
 from tinygrad.uop.ops import Ops
 
@@ -46,11 +47,13 @@ def _over_zero(x, negative: bool):
   return (isnan(x) | ~nonzero(x)).where(x.const_like(NAN), infinity)
 
 
-def poly(x, coefficients):
-  """Horner's rule, highest power first (the evaluation order of XLA's expansions)."""
+def poly(x, coefficients, fused=True):
+  """Horner's rule, highest power first (the evaluation order of XLA's expansions). With `fused=False` each product
+  is rounded before its sum, as code compiled without fused multiply-adds computes it (clang and POCL fuse a product
+  and a sum written together)."""
   result = coefficients[0]
   for c in coefficients[1:]:
-    result = result * x + c
+    result = (result * x if fused else _opaque(result * x)) + c
   return result
 
 
@@ -371,7 +374,8 @@ def _sin_cos32(x):
   if wide == F64:  # glibc's reduction below 120: j the nearest integer to |x| 2/pi, r one fused multiply-add
     near = a.cast(F64)
     j = (near * (2 / math.pi) + 0.5).floor()
-    r, quadrant = (a < 120).where(minus(j) * (math.pi / 2) + near, r), (a < 120).where(j.cast(dtypes.int32) & 3, quadrant)
+    below = a < 120
+    r, quadrant = below.where(minus(j) * (math.pi / 2) + near, r), below.where(j.cast(dtypes.int32) & 3, quadrant)
   r = small.where(a.cast(wide), r)
   quadrant = small.where(0, quadrant)
   z = r * r
@@ -454,6 +458,72 @@ def _atan(x):
   # NB: tinygrad's atan goes through an asin approximation good to about 1e-7 absolute
   a = fabs(x)
   return with_sign((a > 1).where(math.pi / 2 - _atan_unit(div(1, a)), _atan_unit(a)), x)
+
+
+# glibc's float32 atanf and atan2f (FreeBSD's, after Sun's fdlibm), which XLA's CPU code calls for atan and atan2:
+# atan(x) = atan(c) + atan((x - c) / (1 + c x)) for c the nearest of 0, 0.5, 1, 1.5 and infinity (atan(c) as a high
+# and a low float32), by an odd polynomial split in two of x^4; every operation rounded in float32, none fused
+ATAN_STEPS = [0.4375, 0.6875, 1.1875, 2.4375]  # the bounds of |x| between the five centres
+ATAN_HIGH = [4.6364760399e-01, 7.8539812565e-01, 9.8279368877e-01, 1.5707962513e+00]
+ATAN_LOW = [5.0121582440e-09, 3.7748947079e-08, 3.4473217170e-08, 7.5497894159e-08]
+ATAN_ODD_F32 = [3.3333334327e-01, -2.0000000298e-01, 1.4285714924e-01, -1.1111110449e-01, 9.0908870101e-02,
+                -7.6918758452e-02, 6.6610731184e-02, -5.8335702866e-02, 4.9768779427e-02, -3.6531571299e-02,
+                1.6285819933e-02]
+ATAN_TINY, ATAN_HUGE = 2.0 ** -29, 2.0 ** 25  # atanf returns x below the one, pi/2 (in float32) from the other
+ATAN2_PI, ATAN2_PI_LOW = 3.1415927410e+00, -8.7422776573e-08  # atan2f's pi as a float32, and what it lacks of pi
+
+
+def _f32(value) -> float:
+  return float(np.float32(value))
+
+
+def _atan32(x):
+  """glibc's atanf(x) of float32 x."""
+  a = fabs(x)
+  near = [a < step for step in ATAN_STEPS]
+  reduced = [div(2.0 * a - 1.0, a + 2.0), div(a - 1.0, a + 1.0), div(a - 1.5, _opaque(a * 1.5) + 1.0), div(-1.0, a)]
+  t = near[0].where(x, near[1].where(reduced[0], near[2].where(reduced[1], near[3].where(reduced[2], reduced[3]))))
+  centre = near[1].where(0, near[2].where(1, near[3].where(2, 3)))
+
+  def at_centre(table):
+    value = x.const_like(table[3])
+    for i in (2, 1, 0):
+      value = centre.eq(i).where(table[i], value)
+    return value
+  z = t * t
+  w = z * z
+  odd, even = ATAN_ODD_F32[0::2], ATAN_ODD_F32[1::2]
+  series = _opaque(_opaque(z * poly(w, odd[::-1], fused=False)) + _opaque(w * poly(w, even[::-1], fused=False)))
+  product = _opaque(t * series)
+  small = t + minus(product)
+  angle = at_centre(ATAN_HIGH) + minus(_opaque(_opaque(product + minus(at_centre(ATAN_LOW))) + minus(t)))
+  huge = x.const_like(_f32(np.float32(ATAN_HIGH[3]) + np.float32(ATAN_LOW[3])))
+  # NB: x itself below 2**-29, as atanf returns it (x - x s is +0.0 for x = -0.0)
+  small = (a < ATAN_TINY).where(x, small)
+  return (a >= ATAN_HUGE).where(with_sign(huge, x), near[0].where(small, sign_bit(x).where(minus(angle), angle)))
+
+
+def _atan2_32(y, x):
+  """glibc's atan2f(y, x) of float32 y and x: atanf(|y / x|), placed in the quadrant of (x, y)."""
+  i32 = dtypes.int32
+  ay, ax = fabs(y), fabs(x)
+  sign_x, sign_y = sign_bit(x), sign_bit(y)
+  exponents_apart = (bits(ay).cast(i32) - bits(ax).cast(i32)) >> 23
+  z = _atan32(div(ay, ax))
+  z = (exponents_apart > 60).where(_f32(np.float32(math.pi / 2) + np.float32(0.5) * np.float32(ATAN2_PI_LOW)), z)
+  z = (sign_x & (exponents_apart < -60)).where(0.0, z)
+  from_pi = _opaque(z + minus(x.const_like(_f32(ATAN2_PI_LOW))))
+  angle = sign_x.where(sign_y.where(from_pi + minus(x.const_like(_f32(ATAN2_PI))), minus(from_pi) + _f32(ATAN2_PI)),
+                       sign_y.where(minus(z), z))
+  # atan2f's exact angles, the later taking precedence: y infinite; x infinite; x zero; y zero; NaN
+  pi, half_pi, quarter_pi = _f32(ATAN2_PI), _f32(math.pi / 2), _f32(math.pi / 4)
+  signed = lambda value: sign_y.where(-value, value)  # noqa: E731
+  angle = ay.eq(INF).where(signed(half_pi), angle)
+  angle = ax.eq(INF).where(ay.eq(INF).where(signed(sign_x.where(_f32(3 * np.float32(quarter_pi)), quarter_pi)),
+                                            sign_x.where(signed(pi), with_sign(x.const_like(0.0), y))), angle)
+  angle = (ax.eq(0) & ay.ne(0)).where(signed(half_pi), angle)
+  angle = ay.eq(0).where(sign_x.where(signed(pi), y), angle)
+  return (isnan(x) | isnan(y)).where(NAN, angle)
 
 
 def _atan2(y, x):
@@ -590,10 +660,8 @@ def _trig(pick):
 
 
 sin, cos, tan = _trig(lambda s, c: s), _trig(lambda s, c: c), _trig(div)
-atan, atan2, tanh, asinh, acosh, cbrt = in_f32(_atan), in_f32(_atan2), in_f32(_tanh), in_f32(_asinh), in_f32(_acosh), \
-  in_f32(_cbrt)
-asin = in_f32(lambda x: _atan2(x, ((1 - x) * (1 + x)).sqrt()))
-acos = in_f32(lambda x: _atan2(((1 - x) * (1 + x)).sqrt(), x))
+atan, atan2 = by_dtype(_atan32, _atan), by_dtype(_atan2_32, _atan2)
+tanh, asinh, acosh, cbrt = in_f32(_tanh), in_f32(_asinh), in_f32(_acosh), in_f32(_cbrt)
 atanh = in_f32(lambda x: 0.5 * (log1p(x) + minus(log1p(minus(x)))))  # no rounded 1 - x near x = 1
 rsqrt = in_f32(lambda x: div(1, x.sqrt()))
 power = by_dtype(_pow32, _pow64)

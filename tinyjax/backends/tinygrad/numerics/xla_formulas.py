@@ -1,13 +1,31 @@
-"""Functions XLA expands into a formula in the operand's dtype (exp2, logistic, tanh, sinh, cosh, erf, erfc, erf_inv,
-lgamma, digamma), replayed with the same roundings so that they share XLA's errors, on floatmath's exp, log and sin.
+"""Functions XLA expands into a formula in the operand's dtype (asin, acos, exp2, logistic, tanh, sinh, cosh, erf, erfc,
+erf_inv, lgamma, digamma), replayed with the same roundings so that they share XLA's errors, on floatmath's exp, log,
+sin and atan2.
 """
 import math
 import operator
 
+from tinygrad import Tensor
+
 from tinyjax.backends.tinygrad.numerics.floatbits import F64, fabs
-from tinyjax.backends.tinygrad.numerics.floatmath import (INF, NAN, by_dtype, cos, div, exp, expm1, in_f32, log, log1p,
-                                                 poly, rounded_op, sin)
+from tinyjax.backends.tinygrad.numerics.floatmath import (INF, NAN, atan2, by_dtype, cos, div, exp, expm1, in_f32, log,
+                                                 log1p, poly, rounded_op, sin)
 from tinyjax.backends.tinygrad.numerics.floatmath import tanh as floatmath_tanh
+
+
+def _root_of_one_minus_square(x):  # jax: sqrt((1 - x) (1 + x)), each operation in x's dtype
+  one = x.const_like(1)
+  product = rounded_op(operator.mul)(rounded_op(operator.sub)(one, x), rounded_op(operator.add)(one, x))
+  return rounded_op(Tensor.sqrt)(product)
+
+
+def asin(x):  # jax: 2 atan2(x, 1 + sqrt((1 - x) (1 + x)))
+  return rounded_op(operator.mul)(x.const_like(2), atan2(x, rounded_op(operator.add)(_root_of_one_minus_square(x),
+                                                                                      x.const_like(1))))
+
+
+def acos(x):  # jax: atan2(sqrt((1 - x) (1 + x)), x)
+  return atan2(_root_of_one_minus_square(x), x)
 
 
 def exp2(x):

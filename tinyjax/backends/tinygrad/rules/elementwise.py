@@ -235,7 +235,7 @@ def _signed_like(rounded, x):
 
 FLOAT_FUNCTIONS = {
   "exp": fm.exp, "exp2": xf.exp2, "log": fm.log, "log1p": fm.log1p, "expm1": fm.expm1, "tanh": xf.tanh,
-  "logistic": xf.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": fm.asin, "acos": fm.acos,
+  "logistic": xf.logistic, "sin": fm.sin, "cos": fm.cos, "tan": fm.tan, "asin": xf.asin, "acos": xf.acos,
   "atan": fm.atan, "sinh": xf.sinh, "cosh": xf.cosh, "asinh": fm.asinh, "acosh": fm.acosh, "atanh": fm.atanh,
   "sqrt": fm.rounded_op(lambda x: x.sqrt()), "rsqrt": fm.rsqrt, "cbrt": fm.cbrt, "erf": xf.erf, "erfc": xf.erfc,
   "erf_inv": xf.erf_inv, "lgamma": xf.lgamma, "digamma": xf.digamma,
