@@ -27,10 +27,10 @@ XFAIL_ON_DEVICE: dict[tuple[str, str, str | None], str] = {
      "eager calls round the product first (2366 of the 10000 differ from jit's). tinyjax fuses eager calls into one "
      "program, which clang, POCL and NVRTC contract as XLA's jit does (WGSL's compilers did not): the test compares "
      "with the eager result" for device in ("CPU", "CL", "CUDA")},
-  ("WEBGPU", "atan2", None): "atan2f's angles beyond pi/2, (z - pi_lo) - pi and pi - (z - pi_lo), come out an ulp "
-    "from XLA's on WebGPU (2,564 of 20,100 random pairs; every angle within pi/2 is XLA's, and so are atan, asin and "
-    "acos): its shader compilers do not keep the two float32 roundings of those sums, which tinygrad's own "
-    "simplifier is kept from merging (floatmath._opaque)",
+  ("WEBGPU", "atan2, glibc's steps", None): "atan2f's angles beyond pi/2, (z - pi_lo) - pi and pi - (z - pi_lo), "
+    "come out an ulp from XLA's on WebGPU (2,564 of 20,100 random pairs; every angle within pi/2 is XLA's, and so "
+    "are atan, asin and acos): its shader compilers do not keep the two float32 roundings of those sums, which "
+    "tinygrad's own simplifier is kept from merging (floatmath._opaque)",
   ("WEBGPU", "sin and cos, glibc's in float64", None): "XLA's float32 sin and cos are glibc's sinf and cosf, "
     "computed in float64 and rounded once; WebGPU has no float64, and tinyjax computes them in float32 there (within "
     "an ulp of XLA's: 94,000 of 260,000 random float32 differ by one)",
