@@ -492,3 +492,25 @@ def test_split_can_be_turned_off():
   tinyjax.config.update("split", "0")
   ran, _ = _ran_like_jax(_split_programs, _split_programs())
   assert not ran.choices
+
+
+def _lowerings_of_a_second_backward():
+  """JAX's lowerings (jit and pmap) while a pmap's vjp is taken again and both backward functions are called, after
+  one warm-up: JAX's caches see one program (its pmap_test's test_grad_of_pmap_compilation_caching)."""
+  from jax._src import test_util as jtu
+  f = jax.pmap(jnp.sin)
+  x = jnp.ones(2)
+  _, backward = jax.vjp(f, x)
+  backward(x)
+  with jtu.count_jit_and_pmap_lowerings() as count:
+    _, again = jax.vjp(f, x)
+    results = [backward(x), again(x)]
+  return count(), results
+
+
+def test_a_second_backward_lowers_nothing_as_in_jax():
+  lowerings, expected = _lowerings_of_a_second_backward()
+  with tinyjax.patch(), on_tinygrad():
+    ours, actual = _lowerings_of_a_second_backward()
+  assert (ours, lowerings) == (0, 0)
+  assert_like_jax(actual, expected)

@@ -85,6 +85,11 @@ class Traced:
     return program_of(self.jaxpr)
 
   @functools.cached_property
+  def text(self) -> str:
+    """The jaxpr as JAX prints it: equal for two traces of one program (what XLA's propagation of shardings reads)."""
+    return str(self.jaxpr)
+
+  @functools.cached_property
   def outputs(self) -> tuple:
     """How each output is made (pending.outputs_of)."""
     return pending.outputs_of(self.jaxpr)
@@ -761,7 +766,9 @@ def _on_an_auto_mesh(x) -> bool:
   return isinstance(x, ShardedArray) and jax.sharding.AxisType.Auto in x.sharding.mesh.axis_types
 
 
-_propagations: dict = {}  # (trace serial, the inputs' shardings) -> the outputs' shardings
+# (the program as printed, the inputs' shardings) -> the outputs' shardings. NB: by the program, not by the trace: a
+# jax.vjp's backward is traced anew for each vjp, and JAX, whose caches see one program, lowers nothing the second time
+_propagations: dict = {}
 _PROPAGATIONS_KEPT = 256
 
 
@@ -771,7 +778,7 @@ def _placed_as_jax_propagates(traced, out, dynamic_leaves, avals):
   of the trace, asked once per trace and input shardings). NB: tinyjax computes the values on one device, as for
   every placed Array; such a call is not remembered (the remembered ways would not place its results)."""
   shardings = tuple(x.sharding if isinstance(x, ShardedArray) else None for x in dynamic_leaves)
-  key = (traced.serial, shardings)
+  key = (traced.text, shardings)
   if (placed := _propagations.get(key)) is None:
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=s) for a, s in zip(avals, shardings)]
     placed = tuple(jax.jit(jaxpr_as_fun(traced.jaxpr)).lower(*specs).compile().output_shardings)
