@@ -312,13 +312,13 @@ def _nearest_quadrant(digits, dtype):
   return up.where(minus(r), r), ((quadrant + up.cast(u32)) & 3).cast(dtypes.int32)
 
 
-def _reduce_pi_over_2(a, dtype):
-  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4 (r in `dtype`), j an int32 in [0, 4), for float32
+def _reduce_pi_over_2(a):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4 (r in float32), j an int32 in [0, 4), for float32
   a >= pi/4 (finite): Payne and Hanek's reduction of a = M 2**E, E in [-24, 104]."""
   b = bits(a)
   exponent = (b >> 23).cast(dtypes.int32) - 150
   mantissa = (b & typed(b, 0x7FFFFF)) | typed(b, 0x800000)
-  return _nearest_quadrant(_times_two_over_pi(mantissa, exponent, 104, 6), dtype)
+  return _nearest_quadrant(_times_two_over_pi(mantissa, exponent, 104, 6), F32)
 
 
 def _reduce_pi_over_2_64(a):
@@ -345,6 +345,33 @@ def _reduce_pi_over_2_64(a):
   return r + rest, quadrant
 
 
+# 2/pi in overlapping 32-bit words a byte apart: word k is floor(2/pi 2**(8 k + 8)) mod 2**32
+TWO_OVER_PI_BYTE_WINDOWS = [_bits_of_two_over_pi(8 * k + 8) & 0xFFFFFFFF for k in range(24)]
+
+
+def _reduce_pi_over_2_in_64_bits(a):
+  """(r, j) with a = r + j pi/2 (mod 2 pi), |r| <= pi/4 in float64, j an int32 in [0, 4), for float32 a >= 2 (finite;
+  other a give values, unused): glibc's reduction in sinf and cosf, whose bits XLA's CPU code has. a 2/pi mod 4 as a
+  2.62 fixed-point number: a's significand (shifted by the low 3 bits of its exponent) times the three words of 2/pi
+  that the exponent's high bits pick, 32 by 96 bits, the product's bits above the 64 kept dropped (multiples of 4)."""
+  u64 = dtypes.uint64
+  b = bits(a)
+  index = (b >> 26) & 15
+  significand = ((b & typed(b, 0xFFFFFF)) | typed(b, 0x800000)) << ((b >> 23) & 7)  # below 2**31
+
+  def word(offset):  # TWO_OVER_PI_BYTE_WINDOWS[index + offset]
+    out = typed(b, TWO_OVER_PI_BYTE_WINDOWS[offset])
+    for i in range(1, 16):
+      out = index.eq(i).where(typed(b, TWO_OVER_PI_BYTE_WINDOWS[i + offset]), out)
+    return out
+  wide = significand.cast(u64)
+  top = (significand * word(0)).cast(u64) << 32  # NB: a uint32 product: its bits from 2**32 on are whole turns
+  fixed = (((wide * word(8).cast(u64)) >> 32) | top) + wide * word(4).cast(u64)
+  quadrant = (fixed + (1 << 61)) >> 62
+  fraction = (fixed - (quadrant << 62)).bitcast(dtypes.int64).cast(F64)
+  return fraction * (math.pi / 2 * 2.0 ** -62), (quadrant & 3).cast(dtypes.int32)
+
+
 @functools.cache
 def computes_on_the_host(device) -> bool:
   """Whether tinygrad's `device` computes on the host's CPU: its CPU device, or an OpenCL device of CPU type (POCL).
@@ -360,22 +387,25 @@ def computes_on_the_host(device) -> bool:
 
 
 def _sin_cos32(x):
-  """(sin x, cos x) for float32 x, as glibc's sinf and cosf compute them: r = |x| - j pi/2, |r| <= pi/4, the
-  polynomials in r of sin and cos, chosen and signed by the quadrant j, in float64, rounded once to float32.
+  """(sin x, cos x) for float32 x, as glibc's sinf and cosf compute them: r = |x| - j pi/2, |r| <= pi/4 (from 120 on
+  in 64-bit integers), the polynomials in r of sin and cos, chosen and signed by the quadrant j, in float64, rounded
+  once to float32.
 
   NB: in float64 only on the host's CPU (tinygrad's CPU device, POCL), where XLA runs those functions and where
   float64 is fast: there each result is XLA's to the bit. Elsewhere (WebGPU and Metal have no float64, most GPUs a
-  slow one) the same steps run in float32, within an ulp or two of XLA's.
+  slow one) the same steps run in float32 (the reduction in 16-bit words), within an ulp or two of XLA's.
   """
   wide = F64 if computes_on_the_host(x.device) else F32
   a = fabs(x)
   small, finite = a < math.pi / 4, a < math.inf
-  r, quadrant = _reduce_pi_over_2((small | ~finite).where(1.0, a), wide)
-  if wide == F64:  # glibc's reduction below 120: j the nearest integer to |x| 2/pi, r one fused multiply-add
+  if wide == F64:  # glibc's reduction: below 120 j the nearest integer to |x| 2/pi and r one fused multiply-add
     near = a.cast(F64)
     j = (near * (2 / math.pi) + 0.5).floor()
+    r, quadrant = _reduce_pi_over_2_in_64_bits(a)
     below = a < 120
     r, quadrant = below.where(minus(j) * (math.pi / 2) + near, r), below.where(j.cast(dtypes.int32) & 3, quadrant)
+  else:
+    r, quadrant = _reduce_pi_over_2((small | ~finite).where(1.0, a))
   r = small.where(a.cast(wide), r)
   quadrant = small.where(0, quadrant)
   z = r * r
