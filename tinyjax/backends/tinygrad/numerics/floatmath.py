@@ -246,6 +246,17 @@ COS_EVEN = {F64: [float.fromhex(h) for h in ("0x1.99343027bf8c3p-16", "-0x1.6c08
             F32: [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2, -0.5]}
 
 
+def _selected(index, values: list, first: int, like):
+  """values[index - first] as a constant of `like`'s dtype, for an integer tensor index in [first, first + len(values)):
+  a balanced tree of selects, nested log2 n deep in a kernel's expression where a chain of them nests n deep (which
+  depth.py bounds by cutting the kernel)."""
+  if len(values) == 1:
+    return like.const_like(values[0])
+  half = len(values) // 2
+  return (index < first + half).where(_selected(index, values[:half], first, like),
+                                      _selected(index, values[half:], first + half, like))
+
+
 def _times_two_over_pi(mantissa, exponent, max_exponent: int, n: int) -> list:
   """M 2**E 2/pi mod 4 as n 16-bit digits (uint32 tensors, least significant first): 2 integer bits, then 16 n - 2
   bits of fraction, exact to 2**(26 - 16 n), for a 24-bit integer M (uint32) and E (int32) in [-24, max_exponent].
@@ -258,12 +269,9 @@ def _times_two_over_pi(mantissa, exponent, max_exponent: int, n: int) -> list:
   q, rho = (shifted >> 4) - 2, (shifted & 15).cast(u32)
 
   def word(offset):  # word q + offset of 2/pi's bits (0 before the point)
-    out = mantissa.const_like(0)
-    for value in range(-2, (max_exponent + 30) // 16 - 1):
-      index = value + offset
-      if 0 <= index < len(TWO_OVER_PI_WORDS):
-        out = q.eq(value).where(TWO_OVER_PI_WORDS[index], out).cast(u32)
-    return out
+    indices = [value + offset for value in range(-2, (max_exponent + 30) // 16 - 1)]
+    return _selected(q, [TWO_OVER_PI_WORDS[i] if 0 <= i < len(TWO_OVER_PI_WORDS) else 0 for i in indices], -2,
+                     mantissa)
   words = [word(i) for i in range(n + 1)]
   # W's n 16-bit limbs, least significant first
   limbs = [((words[i] << rho) | (words[i + 1] >> (16 - rho))) & 0xFFFF for i in range(n - 1, -1, -1)]
@@ -360,10 +368,7 @@ def _reduce_pi_over_2_in_64_bits(a):
   significand = ((b & typed(b, 0xFFFFFF)) | typed(b, 0x800000)) << ((b >> 23) & 7)  # below 2**31
 
   def word(offset):  # TWO_OVER_PI_BYTE_WINDOWS[index + offset]
-    out = typed(b, TWO_OVER_PI_BYTE_WINDOWS[offset])
-    for i in range(1, 16):
-      out = index.eq(i).where(typed(b, TWO_OVER_PI_BYTE_WINDOWS[i + offset]), out)
-    return out
+    return _selected(index, TWO_OVER_PI_BYTE_WINDOWS[offset:offset + 16], 0, b)
   wide = significand.cast(u64)
   top = (significand * word(0)).cast(u64) << 32  # NB: a uint32 product: its bits from 2**32 on are whole turns
   fixed = (((wide * word(8).cast(u64)) >> 32) | top) + wide * word(4).cast(u64)
