@@ -299,7 +299,8 @@ def _multiply_add_primitive(seen: list):
     return jax.core.ShapedArray(x.shape, x.dtype)
 
   def lowering(ctx, x, y, z):
-    seen.append(("lowering", *(a.weak_type for a in ctx.avals_in)))
+    met = tuple((str(a.dtype), a.weak_type) for a in ctx.module_context.aval_to_ir_types_cache)  # in order
+    seen.append(("lowering", *(a.weak_type for a in ctx.avals_in), met))
     return [hlo.AddOp(hlo.MulOp(x, y), z).result]
   primitive.def_abstract_eval(abstract_eval)
   mlir.register_lowering(primitive, lowering)
@@ -309,7 +310,9 @@ def _multiply_add_primitive(seen: list):
 def test_an_equation_without_a_rule_is_evaluated_and_lowered_as_jaxs_jit_does_it():
   """The XLA segment is the jaxpr as traced: the primitive's abstract evaluation runs once (at the trace, as under
   JAX's jit; it ran again when the segment was traced a second time) and its lowering sees the traced avals, weak
-  types included (it saw the buffers' strong types). Python scalars as jit's arguments are weakly typed."""
+  types included (it saw the buffers' strong types). Python scalars as jit's arguments are weakly typed, and are the
+  segment's arguments, as they are jit's: the lowering meets their types before the result's (JAX's documentation
+  prints that order: its primitives page)."""
   def run(jit, seen):
     primitive = _multiply_add_primitive(seen)
     return jit(lambda a, b: primitive.bind(a, a, b))(2.0, 10.0)
@@ -318,7 +321,34 @@ def test_an_equation_without_a_rule_is_evaluated_and_lowered_as_jaxs_jit_does_it
   expected = run(jax.jit, jax_seen)
   actual = run(tinyjax.jit, tinyjax_seen)
   assert_like_jax(actual, expected)
-  assert jax_seen == [("abstract_eval", True, True, True), ("lowering", True, True, True)]
+  assert jax_seen == [("abstract_eval", True, True, True),
+                      ("lowering", True, True, True, (("float32", True), ("float32", False), ("int32", False)))]
+  assert tinyjax_seen == jax_seen
+
+
+def test_python_scalars_are_an_xla_segments_arguments_as_they_are_jits():
+  """jit of a jvp of the primitive (with the page's JVP rule) at Python scalars: tinyjax folds the scalars into its
+  program as constants; the XLA segment takes them as arguments, as JAX's jit does, so its lowering meets their weak
+  types before the results' strong ones (the page prints that order; it met the strong type first)."""
+  from jax.interpreters import ad
+
+  def run(jit, seen):
+    primitive = _multiply_add_primitive(seen)
+
+    def value_and_jvp(values, tangents):
+      x, y, z = values
+      xt, yt, zt = (jax.lax.zeros_like_array(x) if type(t) is ad.Zero else t for t in tangents)
+      return primitive.bind(x, y, z), primitive.bind(xt, y, primitive.bind(x, yt, zt))
+    ad.primitive_jvps[primitive] = value_and_jvp
+    return jit(lambda values, tangents: jax.jvp(lambda a, b: primitive.bind(a, a, b), values, tangents))(
+      (2.0, 10.0), (1.0, 1.0))
+
+  jax_seen, tinyjax_seen = [], []
+  expected = run(jax.jit, jax_seen)
+  actual = run(tinyjax.jit, tinyjax_seen)
+  assert_like_jax(actual, expected)
+  lowered = [entry[-1] for entry in jax_seen if entry[0] == "lowering"]
+  assert lowered and all(met[0] == ("float32", True) for met in lowered), jax_seen
   assert tinyjax_seen == jax_seen
 
 

@@ -66,15 +66,25 @@ def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
   n_in, n_out = len(closed.in_avals), len(closed.out_avals)
   params = dict(_JIT_PARAMS, jaxpr=closed, in_shardings=(_UNSPECIFIED,) * n_in, out_shardings=(_UNSPECIFIED,) * n_out,
                 in_layouts=(None,) * n_in, out_layouts=(None,) * n_out, donated_invars=(False,) * n_in)
+  # NB: the Python scalars among the constants (tinyjax folds a call's scalars into its program) enter as arguments,
+  # as JAX's jit takes them: its lowering then meets their weak types before the results' types, as JAX's does
+  const_avals = closed.in_avals[len(in_avals):]
+  passed = [i for i, aval in enumerate(const_avals) if _a_python_scalar(aval)]
+  scalars = [constants[i].item() for i in passed]
 
   def run(*inputs):
     values = [keys.wrap(value, aval) for value, aval in zip(inputs, in_avals)]
-    return [keys.key_data(out) for out in jit_p.bind(*values, *constants, **params)]
+    consts = list(constants)
+    for i, scalar in zip(passed, inputs[len(in_avals):]):
+      consts[i] = scalar
+    return [keys.key_data(out) for out in jit_p.bind(*values, *consts, **params)]
 
   arg_avals = [keys.physical_aval(a) if keys.is_key(a.dtype) else a for a in closed.in_avals[:len(in_avals)]]
+  arg_avals += [const_avals[i] for i in passed]
   compiled = {}  # the inputs' shardings -> the executable XLA compiled for them
 
   def call(*inputs):
+    inputs = (*inputs, *scalars)
     shardings = tuple(getattr(x, "sharding", None) for x in inputs)  # NB: none for NumPy's, on JAX's default device
     if shardings not in compiled:
       arg_types = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=sharding)
@@ -82,6 +92,13 @@ def compile_eqns(eqns, in_slots, in_avals, out_atoms, n_slots):
       compiled[shardings] = jax.jit(run).trace(*arg_types).lower().compile()
     return compiled[shardings](*inputs)
   return call
+
+
+def _a_python_scalar(aval) -> bool:
+  """Whether a constant of `aval` is one a Python scalar stands for: weakly typed, of the dtype JAX gives Python's
+  int, float or complex (under x64 or not)."""
+  return aval.weak_type and aval.shape == () and aval.dtype in {
+    jax.dtypes.canonicalize_dtype(t) for t in (np.int64, np.float64, np.complex128)}
 
 
 def _jit_params_of_a_call() -> dict:
