@@ -53,6 +53,18 @@ def test_cholesky_primitive(shape):
   close(lambda np_, x: lax_linalg(np_, "cholesky", symmetrize_input=False)(x), a)
 
 
+def test_cholesky_scales_by_the_reciprocal_and_rounds_each_product_as_lapack():
+  """LAPACK's potf2 (reference and OpenBLAS alike) scales a column by the reciprocal of its pivot and subtracts a
+  rounded square from the next pivot. For 2 x 2 matrices that is all it does, whatever the BLAS kernels: XLA's bits.
+  Divided by the pivot, and with the square contracted into a fused multiply-add (clang and POCL contract what is
+  written together), 1,481 of these 4,000 factors differed from XLA's (990 in L[1, 0], 995 in L[1, 1]); with the
+  reciprocal alone, 656."""
+  rng = np.random.default_rng(11)
+  a = rng.normal(size=(4000, 2, 2)).astype(np.float32)
+  a = (a @ np.swapaxes(a, -1, -2) + np.float32(0.1) * np.eye(2, dtype=np.float32)).astype(np.float32)
+  check(lambda np_, x: lax_linalg(np_, "cholesky", symmetrize_input=False)(x), a, rtol=0)
+
+
 def test_cholesky_not_positive_definite():
   """XLA returns all NaN for the batch member whose factorization fails (here an indefinite matrix, one with a
   zero pivot), and factors the others; a NaN pivot is no failure (XLA only propagates it)."""

@@ -113,6 +113,16 @@ def _opaque(x):
   return (b & typed(b, (1 << width(x)) - 1)).bitcast(x.dtype)
 
 
+def rounded_product(x, y):
+  """x * y rounded as a value of its own: no compiler fuses it with a sum it meets into a multiply-add."""
+  return _opaque(x * y)
+
+
+def reciprocal(x):
+  """1 / x (one IEEE division) as a value of its own. NB: tinygrad's optimizer turns x * (1 / y) into x / y."""
+  return _opaque(div(1.0, x))
+
+
 def _two_sum(a, b):
   """(s, e) with s = fl(a + b) and s + e = a + b exactly (Knuth)."""
   a, b = _opaque(a), _opaque(b)

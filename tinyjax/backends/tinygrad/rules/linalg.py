@@ -52,7 +52,10 @@ def _cholesky(ctx, a):
   """Right-looking Cholesky of the lower triangle (the upper is never read): L L^H = A. As LAPACK's potrf, a pivot is
   the real part of its diagonal entry (a Hermitian matrix's diagonal is real), and the strict upper triangle of the
   result is the input's; NB: XLA returns all NaN for a matrix whose factorization fails (a pivot <= 0; a NaN pivot is
-  no failure, it only propagates), so each batch member is masked by whether one failed."""
+  no failure, it only propagates), so each batch member is masked by whether one failed. As potf2, a column is
+  scaled by the reciprocal of its pivot, and each product is rounded before it is subtracted (NB: clang and POCL
+  would fuse it: a 2 x 2 factor is then XLA's bits, and larger ones mostly, docs/conformance.md); LAPACK sums a
+  column's products before subtracting them (left-looking), this subtracts them one step at a time."""
   *batch, n, _ = a.shape
   # realized with each step: left lazy, `failed` would read every step's pivot, so every step's buffer would live to
   # the end (and in a TinyJit's capture of the program, for as long as the capture)
@@ -69,9 +72,10 @@ def _cholesky_step(j, work, failed):
   pivot = pairs.real(pairs.at(rows == j, diagonal_column, -2))
   fails = (pivot < 0) | (pivot == 0)  # NB: tinygrad's <= is not(>), true for NaN
   root = pivot.sqrt()
-  column = pairs.where(rows == j, root, pairs.div(diagonal_column, root))
+  column = pairs.where(rows == j, root, pairs.mul(diagonal_column, fm.reciprocal(root)))
   trailing = (rows > j) & (cols > j)
-  return [pairs.where((rows >= j) & (cols == j), column, pairs.where(trailing, work - pairs.mul(column, pairs.adjoint(column)), work)),
+  update = pairs.mul(column, pairs.adjoint(column), fused=False)
+  return [pairs.where((rows >= j) & (cols == j), column, pairs.where(trailing, work - update, work)),
           failed | fails]
 
 

@@ -2,6 +2,7 @@
 Tensors, and the arithmetic those rules are written in once for real and complex matrices alike: each helper is the
 real one for a Tensor (`mul`, `conj`, `where`, `magnitude`, ...), and LAPACK's norms (`norm`, `hypot`)."""
 import math
+import operator
 
 from tinygrad import Tensor
 from tinygrad.dtype import _to_np_dtype
@@ -70,14 +71,16 @@ def parts(x):
   return (x.re, x.im) if isinstance(x, Pair) else (x, 0)
 
 
-def mul(x, y):
+def mul(x, y, fused: bool = True):
+  """x * y; not `fused`: each real product rounded before any sum (fm.rounded_product)."""
+  times = operator.mul if fused else fm.rounded_product
   if not is_pair(x, y):
-    return x * y
+    return times(x, y)
   if not is_pair(y):
-    return Pair(x.re * y, x.im * y)
+    return Pair(times(x.re, y), times(x.im, y))
   if not is_pair(x):
-    return Pair(y.re * x, y.im * x)
-  return Pair(x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re)
+    return Pair(times(y.re, x), times(y.im, x))
+  return Pair(times(x.re, y.re) - times(x.im, y.im), times(x.re, y.im) + times(x.im, y.re))
 
 
 def div(x, y):
