@@ -11,6 +11,7 @@ asserted anywhere: docs/performance.md records the latest table.
 import argparse
 import collections
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -125,11 +126,25 @@ def tinygrad_train_step(forward, weights):
   return step
 
 
-def bench_cnn(batch, repeats):
-  cnn = CNN()
+def cnn_training(batch):
+  """The CNN rows' problem: the model, its parameters, `batch` images and labels, adam, and a train step."""
+  cnn, optimizer = CNN(), optax.adam(1e-3)
   params = cnn.init(jax.random.key(0), jnp.ones((1, 28, 28, 1)))
   images = np.asarray(jax.random.uniform(jax.random.key(1), (batch, 28, 28, 1)))
   labels = np.arange(batch) % 10
+
+  def train_step(params, opt_state, x, y):
+    def loss(p):
+      logits = cnn.apply(p, x)
+      return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    value, grads = jax.value_and_grad(loss)(params)
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state, value
+  return cnn, params, images, labels, optimizer, train_step
+
+
+def bench_cnn(batch, repeats):
+  cnn, params, images, labels, optimizer, train_step = cnn_training(batch)
   forward, weights = tinygrad_cnn(params)
   np.testing.assert_allclose(forward(Tensor(images)).numpy(), cnn.apply(params, images), rtol=1e-3, atol=1e-4)
   hand = TinyJit(lambda x: forward(x).realize())
@@ -143,16 +158,6 @@ def bench_cnn(batch, repeats):
       times[name] = median_time(lambda: step(params, t_images).block_until_ready(), repeats)
   row(f"CNN forward, batch {batch}", times, ("tinyjax.jit", "tinygrad", "<= 1.05"),
       ("tinyjax auto", "jax.jit", "<= 1.1"))
-
-  optimizer = optax.adam(1e-3)
-
-  def train_step(params, opt_state, x, y):
-    def loss(p):
-      logits = cnn.apply(p, x)
-      return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-    value, grads = jax.value_and_grad(loss)(params)
-    updates, opt_state = optimizer.update(grads, opt_state)
-    return optax.apply_updates(params, updates), opt_state, value
 
   hand_step = tinygrad_train_step(*tinygrad_cnn(params))
   tg_labels = Tensor(labels).realize()
@@ -241,10 +246,15 @@ def tinygrad_block(params):
   return forward, weights
 
 
-def bench_transformer(repeats):
+def transformer_problem():
+  """The transformer rows' problem: the block, its parameters and a batch of 8 sequences of 64 tokens of 64 features."""
   block = Block()
   x = np.asarray(jax.random.normal(jax.random.key(0), (8, 64, 64)))
-  params = block.init(jax.random.key(1), x)
+  return block, block.init(jax.random.key(1), x), x
+
+
+def bench_transformer(repeats):
+  block, params, x = transformer_problem()
   loss = lambda p, x: jnp.mean(block.apply(p, x) ** 2)  # noqa: E731
   forward, weights = tinygrad_block(params)
   leaves = jax.tree_util.tree_leaves(weights)
@@ -349,11 +359,12 @@ print(time.perf_counter() - start)
 """
 
 
-def in_new_process(script: str, *args: str, env: dict) -> float:
-  """The seconds `script` prints, run with `args` in a new process with `env` added to the environment."""
+def in_new_process(script: str, *args: str, env: dict):
+  """What `script` prints last (seconds, or a JSON object of them), run with `args` in a new process with `env` added
+  to the environment."""
   out = subprocess.run([sys.executable, "-c", script, *args], env={**os.environ, **env}, capture_output=True,
                        text=True, check=True)
-  return float(out.stdout.split()[-1])
+  return json.loads(out.stdout.splitlines()[-1])
 
 
 def cold_caches(cache: str) -> dict:
@@ -591,11 +602,62 @@ def bench_first_call():
       ("tinygrad cold", "tinygrad warm", ">= 3"), ("auto cold", "auto warm", ">= 3"))
 
 
+def tuned_figures(batch, jit, asarray, repeats) -> dict[str, float]:
+  """Issue 40's tuned programs, compiled by `jit` on data made by `asarray`: {figure: median seconds}."""
+  cnn, params, images, labels, optimizer, train_step = cnn_training(batch)
+  forward, x = jit(cnn.apply), asarray(images)
+  times = {f"CNN forward, batch {batch}": median_time(lambda: forward(params, x).block_until_ready(), repeats),
+           f"CNN train step, batch {batch}": timed_steps(jit(train_step), params, optimizer, (x, asarray(labels)),
+                                                          repeats)}
+  optimizer, x, y, params, train_step = mlp_training()
+  times["MLP train step"] = timed_steps(jit(train_step), params, optimizer, (asarray(x), asarray(y)), repeats)
+  block, params, x = transformer_problem()
+  block_forward, x = jit(block.apply), asarray(x)
+  times["transformer block forward"] = median_time(lambda: block_forward(params, x).block_until_ready(), repeats)
+  return times
+
+
+TUNED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from run import tuned_figures
+if sys.argv[2] == "jax":
+  import jax, jax.numpy as jnp
+  jit, asarray = jax.jit, jnp.asarray
+else:
+  import tinyjax, tinyjax.numpy as tnp
+  jit, asarray = tinyjax.jit, tnp.asarray
+print(json.dumps(tuned_figures(int(sys.argv[3]), jit, asarray, int(sys.argv[4]))))
+"""
+
+
+def bench_tuned(batch, repeats):
+  """tinyjax.jit's kernels as tinygrad's heuristic chooses them and as its search (BEAM=2) chose them, beside jax.jit,
+  each in a new process. The searched kernels are kept in a program cache of their own (TINYJAX_TUNED_CACHE, default
+  ~/.cache/tinyjax/benchmark-tuned), as `tinyjax run --beam 2` keeps them: the first run on a machine searches (many
+  minutes), a later one takes what was searched; the search's row is that run's time."""
+  tuned_cache = os.environ.get("TINYJAX_TUNED_CACHE") or os.path.expanduser("~/.cache/tinyjax/benchmark-tuned")
+  here = os.path.dirname(os.path.abspath(__file__))
+
+  def figures(which, **env):
+    return in_new_process(TUNED, here, which, str(batch), str(repeats), env={"TINYJAX_BACKEND": "tinygrad", **env})
+  start = time.perf_counter()
+  figures("tinyjax", BEAM="2", TINYJAX_PROGRAM_CACHE=tuned_cache)
+  row("the search's run of the tuned programs (BEAM=2; kernels searched before are taken)",
+      {"tinyjax.jit, BEAM=2": time.perf_counter() - start})
+  with tempfile.TemporaryDirectory() as cache:
+    untuned = figures("tinyjax", TINYJAX_PROGRAM_CACHE=cache)
+  tuned, jax_times = figures("tinyjax", TINYJAX_PROGRAM_CACHE=tuned_cache), figures("jax")
+  for figure, seconds in jax_times.items():
+    row(f"{figure}, tuned kernels", {"jax.jit": seconds, "tinyjax.jit": untuned[figure],
+                                     "tinyjax.jit, tuned": tuned[figure]}, ("tinyjax.jit, tuned", "jax.jit", "<= 3"))
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller batch")
   parser.add_argument("--only", default="cnn,mlp,patched_jit,transformer,eager,dispatch,deep_loop,while_loop,nested_loops,"
-                      "factorization_calls,eager_first_run,new_kernels,chained_sines,key_splits,first_call,data_parallel",
+                      "factorization_calls,eager_first_run,new_kernels,chained_sines,key_splits,first_call,data_parallel,tuned",
                       help="the rows to run, comma-separated (default: all)")
   args = parser.parse_args()
   repeats = 3 if args.quick else 7
@@ -607,7 +669,8 @@ def main():
              "factorization_calls": lambda: bench_factorization_calls(repeats), "first_call": bench_first_call,
              "eager_first_run": bench_eager_first_run, "new_kernels": bench_new_kernels,
              "chained_sines": lambda: bench_chained_sines(repeats), "key_splits": lambda: bench_key_splits(repeats),
-             "data_parallel": lambda: bench_data_parallel(repeats)}
+             "data_parallel": lambda: bench_data_parallel(repeats),
+             "tuned": lambda: bench_tuned(64 if args.quick else 256, repeats)}
   with tempfile.TemporaryDirectory() as choices:
     os.environ["TINYJAX_AUTO_CACHE"] = os.path.join(choices, "auto.json")  # auto measures afresh in this run
     for name in args.only.split(","):
