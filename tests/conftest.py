@@ -1,6 +1,8 @@
 import atexit
+import functools
 import os
 import shutil
+import subprocess
 import tempfile
 import zlib
 
@@ -55,8 +57,9 @@ NOT_IN_LEG_FILES = {
 # NB: to keep the whole suite under 30 minutes on 2 cores (POCL's LLVM and lavapipe compile a kernel in 2-3x clang's
 # time), the leg keeps of each test function its first case and about one in k of the others: those whose id hashes
 # to the device's share mod k, a different share on each device (CL and WEBGPU together run 2 in k). A hash, not a
-# stride: a stride over a grid of ops x dtypes drops whole dtypes. `pytest --device CL -m device --leg-sample 1`
-# runs every case.
+# stride: a stride over a grid of ops x dtypes drops whole dtypes. The shares turn with each commit (`_rotation`):
+# three commits in a row run every case off the CPU, each run at the cost of one. `pytest --device CL -m device
+# --leg-sample 1` runs every case; `--leg-share N` fixes the turn (to rerun a run's cases).
 LEG_SAMPLE = {"CL": 6, "WEBGPU": 6}
 LEG_SHARE = {"CL": 0, "WEBGPU": 3}
 LEG_SAMPLE_ON_A_GPU = 2  # CUDA, NV, AMD, METAL: fast compilers
@@ -89,6 +92,9 @@ DEVICES_WITHOUT_FLOAT64 = {"WEBGPU", "METAL"}
 def pytest_addoption(parser):
   parser.addoption("--device", default="CPU",
                    help="the tinygrad device the tests run on (TINYJAX_DEVICE): CPU (default), CL, WEBGPU, CUDA, ...")
+  parser.addoption("--leg-share", type=int, default=None,
+                   help="the turn of the device legs' shares (default: the number of commits in the checkout's history; "
+                        "the run prints it)")
   parser.addoption("--leg-sample", type=int, default=None,
                    help="the device leg (-m device) keeps about one case in this many of each test function (default: "
                         "LEG_SAMPLE's for the device); 1 runs every case")
@@ -103,7 +109,8 @@ def pytest_collection_modifyitems(config, items):
   root = str(config.rootpath)
   device = config.getoption("--device")
   sample = config.getoption("--leg-sample") or LEG_SAMPLE.get(device, LEG_SAMPLE_ON_A_GPU)
-  share = LEG_SHARE.get(device, 0) % sample
+  turn = _rotation(config)
+  share = (LEG_SHARE.get(device, 0) + turn) % sample
   # a difference of this device only (tests/xfail.py) is always in its leg: its strict xfail must be seen to hold
   own_differences = {reason for (on, *_), reason in XFAIL_ON_DEVICE.items() if on == device}
   seen: set[tuple[str, str]] = set()  # (file, test function)
@@ -118,6 +125,29 @@ def pytest_collection_modifyitems(config, items):
     own = any(mark.kwargs.get("reason") in own_differences for mark in item.iter_markers("xfail"))
     if first or own or zlib.crc32(item.name.encode()) % sample == share:
       item.add_marker(pytest.mark.device)
+
+
+def _rotation(config) -> int:
+  """The turn of the legs' shares: `--leg-share`, else the number of commits in this checkout's history (in a shallow
+  clone, which holds one, its commit's hash), so that consecutive commits run the shares after one another."""
+  turn = config.getoption("--leg-share")
+  return _commits_turn(str(config.rootpath)) if turn is None else turn
+
+
+@functools.cache
+def _commits_turn(root: str) -> int:
+  def git(*args) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
+  try:
+    if git("rev-parse", "--is-shallow-repository").strip() == "true":
+      return int(git("rev-parse", "HEAD"), 16)
+    return int(git("rev-list", "--count", "HEAD"))
+  except (OSError, ValueError, subprocess.SubprocessError):  # not a git checkout
+    return 0
+
+
+def pytest_report_header(config):
+  return f"device legs' turn: {_rotation(config)} (--leg-share)"
 
 
 def pytest_terminal_summary(terminalreporter, config):
