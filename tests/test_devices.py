@@ -299,6 +299,26 @@ def test_sixteen_bit_programs_run_natively(device, dtype, on_device):
                actual, is_leaf=lambda a: isinstance(a, tinyjax.Array)))  # device buffers, not host arrays
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_tinygrads_own_dtypes_are_told_without_a_kernel(device, monkeypatch):
+  """bool, int32 and float32: every device's renderer has them and computes them, so the backend tells them without
+  a probe kernel (each ~0.1 s of a cold process's first call)."""
+  from tinygrad import Device
+  from tinyjax.backends.tinygrad import EVERY_DEVICE_COMPUTES, TinygradBackend
+  from tinyjax.backends.tinygrad.machinery import device as machinery
+  from tinyjax.backends.tinygrad.table import tg_dtype
+  backend = selection.backend_for("tinygrad", device)
+  assert {np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float32)} == EVERY_DEVICE_COMPUTES
+  for dtype in EVERY_DEVICE_COMPUTES:
+    assert tg_dtype(dtype) in Device[device].renderer.supported_dtypes()
+    assert machinery.runs_kernel_in(tg_dtype(dtype), backend.tg_device)
+  monkeypatch.setattr(machinery, "runs_kernel_in", lambda *args, **context: pytest.fail("a probe kernel ran"))
+  uncached = TinygradBackend.supports_dtype.__wrapped__
+  assert all(uncached(backend, dtype) for dtype in EVERY_DEVICE_COMPUTES)
+  with pytest.raises(pytest.fail.Exception, match="a probe kernel ran"):  # the others are probed
+    uncached(backend, np.dtype(np.uint8))
+
+
 def _emulates(device: str, dtype) -> bool:
   """Whether tinygrad emulates the 16-bit float on the device (its renderer lacks it)."""
   from tinygrad import Device

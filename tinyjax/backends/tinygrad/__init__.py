@@ -40,6 +40,9 @@ profile.instrument(kernels_timed)  # after amend(): a profile's timing wraps the
 # (replayed: ~0.08 s). JAX's own tests call each program three times.
 STEPPED_PLAIN_RUNS = 4
 
+# tinygrad's own dtypes, which every device of it computes: `supports_dtype` runs no kernel to tell
+EVERY_DEVICE_COMPUTES = frozenset(map(np.dtype, (np.bool_, np.int32, np.float32)))
+
 
 def _all_empty(avals) -> bool:
   """Whether an equation's outputs are all empty arrays (a zero in each shape)."""
@@ -140,6 +143,8 @@ class TinygradBackend(Backend):
     16 stored bits, if that runs."""
     if carried.is_complex(dtype):  # as pairs of its parts
       return self.supports_dtype(carried.real_dtype(dtype))
+    if np.dtype(dtype) in EVERY_DEVICE_COMPUTES:  # no probe: its kernel was ~0.1 s of a cold process's first call
+      return True
     try:
       dt = tg_dtype(dtype)
     except KeyError:
