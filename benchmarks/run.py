@@ -586,8 +586,9 @@ def bench_data_parallel(repeats):
 
 def bench_first_call():
   """The CNN's first call in a new process, with tinyjax's lowered programs, tinygrad's binaries (CACHEDB) and auto's
-  choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again);
-  beside jax.jit's first call in a new process (its persistent compilation cache off, as it is by default)."""
+  choices cold, then warm; and on tinygrad warm with the binaries alone (TINYJAX_PROGRAM_CACHE= : lowered again), and
+  cold without lowering helpers (TINYJAX_LOWERING_HELPERS=0); beside jax.jit's first call in a new process (its
+  persistent compilation cache off, as it is by default)."""
   with tempfile.TemporaryDirectory() as cache:
     times = {"jax.jit cold": in_new_process(FIRST_CALL, "jax", env={"JAX_COMPILATION_CACHE_DIR": ""})}
     for backend in ("tinygrad", "auto"):
@@ -598,8 +599,12 @@ def bench_first_call():
         times[f"{backend} {state}"] = in_new_process(FIRST_CALL, env=caches)
       if backend == "tinygrad":
         times["tinygrad warm, binaries only"] = in_new_process(FIRST_CALL, env={**caches, "TINYJAX_PROGRAM_CACHE": ""})
+        alone = dict(caches, CACHEDB=os.path.join(cache, "alone.db"), TINYJAX_LOWERING_HELPERS="0",
+                     TINYJAX_PROGRAM_CACHE=os.path.join(cache, "alone programs"))
+        times["tinygrad cold, no lowering helpers"] = in_new_process(FIRST_CALL, env=alone)
   row("CNN first call in a new process, caches cold vs warm", times, ("tinygrad cold", "jax.jit cold", "<= 5"),
-      ("tinygrad cold", "tinygrad warm", ">= 3"), ("auto cold", "auto warm", ">= 3"))
+      ("tinygrad cold", "tinygrad warm", ">= 3"), ("auto cold", "auto warm", ">= 3"),
+      ("tinygrad cold", "tinygrad cold, no lowering helpers", "<= 1"))
 
 
 def tuned_figures(batch, jit, asarray, repeats) -> dict[str, float]:

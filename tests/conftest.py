@@ -43,6 +43,9 @@ if "TINYJAX_PROGRAM_CACHE" not in os.environ:
   os.environ["TINYJAX_PROGRAM_CACHE"] = _directory_of_this_run("tinyjax-programs-")
 # every program the suite flushes has its types checked before it is compiled (tinyjax/ir/show.py)
 os.environ.setdefault("TINYJAX_CHECK_TYPES", "1")
+# NB: every kernel is lowered in the test's process, where tests watch tinygrad's lowering (a helper process would
+# lower some, as many as the cores allow: tests/backends/test_lowering_helpers.py starts its own)
+os.environ["TINYJAX_LOWERING_HELPERS"] = "0"
 
 # The device leg: the suite runs again on CL and WEBGPU (scripts/test.sh: `pytest --device CL -m device`), every
 # test file but those below, which compute nothing on a device or take the device as a parameter themselves.

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import os
 
-import jax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +28,9 @@ SETTINGS: dict[str, Setting] = {
   "program_cache": Setting("TINYJAX_PROGRAM_CACHE", "~/.cache/tinyjax/programs", None,
                            "the directory where the kernels tinygrad lowers are kept for the next process (tinygrad's "
                            "CACHEDB keeps their binaries); empty: lower them again in every process"),
+  "lowering_helpers": Setting("TINYJAX_LOWERING_HELPERS", "", None,
+                              "how many helper processes lower a new program's kernels beside this one; empty: the "
+                              "cores but one (shared among pytest-xdist's workers), at most 4; 0: none"),
   "device": Setting("TINYJAX_DEVICE", "", None,
                     "tinygrad device string (DEV syntax: CPU, CL, METAL, CUDA, ...; CLANG means CPU); empty: tinygrad's default"),
   "fallback": Setting("TINYJAX_FALLBACK", "xla", ("xla", "warn", "error"),
@@ -152,6 +154,7 @@ def update(name: str, value) -> None:
   """Set a setting for this process, like `jax.config.update`; None unsets it (the environment's value, or the
   default, is in effect again). `jax_*` names are passed to JAX."""
   if name.startswith("jax_"):
+    import jax  # NB: here, not at the top: a lowering helper reads the settings without JAX (lowering_helpers.py)
     jax.config.update(name, value)
   elif value is None:
     _check_name(name)

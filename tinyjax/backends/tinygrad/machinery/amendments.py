@@ -205,7 +205,8 @@ def _teach_division() -> None:
   (decomp/op.py), as clang's already does.
   """
   # NB: kernels compile in the process that learned this, not in tinygrad's pool of spawned workers, which import
-  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL)
+  # tinygrad alone (a `tiny` function's Tensors, realized by the user, failed with KeyError: Ops.FDIV on CL); tinyjax's
+  # own helpers, which make these amendments, lower over the cores instead (lowering_helpers.py)
   PARALLEL.value = 0
   python_alu.setdefault(Ops.FDIV, _fold_division)
   for renderer in c_style_renderers():

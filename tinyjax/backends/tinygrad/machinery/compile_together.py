@@ -5,7 +5,8 @@ CPU kernel (33 ms of its ~45 ms is the process starting), an OpenCL program per 
 program before its kernels). `lowered_together(lower_and_compile)` (installed by amendments.py) lowers first the kernels
 of a schedule that no schedule before it lowered, then compiles those whose source tinygrad's CACHEDB does not hold as
 one unit, and stores that unit's binary in CACHEDB under each kernel's source; tinygrad's own `lower_and_compile` then
-finds every kernel lowered. Measured in docs/performance.md.
+finds every kernel lowered. Helper processes lower the group's last kernels while this one lowers its first
+(lowering_helpers.py). Measured in docs/performance.md.
 
 - CPU device (clang): the compile is the last step of lowering (`codegen.do_compile` calls `compile_cached`). While a
   schedule's kernels lower, their compiles are set aside and each program gets a placeholder binary, replaced by
@@ -40,6 +41,8 @@ from tinygrad.helpers import diskcache_get, diskcache_put
 from tinygrad.runtime.support.compiler_cpu import ClangCompiler
 from tinygrad.uop.ops import KernelInfo, Ops, UOp
 
+from tinyjax.backends.tinygrad.machinery import lowering_helpers
+
 _PENDING = b"tinyjax: compiled with the other kernels of its schedule"  # a deferred kernel's binary until then
 _group = threading.local()  # .names: the kernel names lowered so far in the group lowering on this thread, or None
 
@@ -58,28 +61,31 @@ def compile_cached_or_defer(self, source: str) -> bytes:
 
 
 def named_apart(lower):
-  """tinygrad's `do_to_program(ast, renderer)`, which, while a group of kernels lowers, renames a kernel whose name a
-  kernel lowered before it in the group has, where its binary is still to be made (set aside, or made from the source
-  when the runtime loads it): `<name>_<8 hex digits of its AST's key>`, in its program and its source."""
+  """tinygrad's `do_to_program(ast, renderer)`, which, while a group of kernels lowers, names its program apart."""
   @functools.wraps(lower)
   def lower_named_apart(ast: UOp, renderer) -> UOp:
     program = lower(ast, renderer)
-    if not _lowering_group():
-      return program
-    name, source, binary = program.arg.function_name, program.src[2].arg, program.src[3].arg
-    if name in _group.names and binary in (_PENDING, source.encode()):
-      unique = f"{name}_{ast.key.hex()[:8]}"
-      source = source.replace(f" {name}(", f" {unique}(", 1)
-      binary = binary if binary == _PENDING else renderer.compiler.compile_cached(source)
-      program = program.replace(arg=dataclasses.replace(program.arg, name=unique),
-                                src=(*program.src[:2], program.src[2].replace(arg=source), UOp(Ops.BINARY, arg=binary)))
-    _group.names.add(program.arg.function_name)
-    return program
+    return name_apart(program, ast, renderer) if _lowering_group() else program
   return lower_named_apart
 
 
+def name_apart(program: UOp, ast: UOp, renderer) -> UOp:
+  """The program of a kernel lowered in the group on this thread, renamed if a kernel lowered before it in the group
+  has its name and its binary is still to be made (set aside, or made from the source when the runtime loads it):
+  `<name>_<8 hex digits of its AST's key>`, in its program and its source."""
+  name, source, binary = program.arg.function_name, program.src[2].arg, program.src[3].arg
+  if name in _group.names and binary in (_PENDING, source.encode()):
+    unique = f"{name}_{ast.key.hex()[:8]}"
+    source = source.replace(f" {name}(", f" {unique}(", 1)
+    binary = binary if binary == _PENDING else renderer.compiler.compile_cached(source)
+    program = program.replace(arg=dataclasses.replace(program.arg, name=unique),
+                              src=(*program.src[:2], program.src[2].replace(arg=source), UOp(Ops.BINARY, arg=binary)))
+  _group.names.add(program.arg.function_name)
+  return program
+
+
 @contextlib.contextmanager
-def _group_lowering():
+def group_lowering():
   _group.names = set()
   try:
     yield
@@ -123,8 +129,9 @@ def _lower_group(device: str, kernels: dict[tuple, UOp]) -> None:
   renderer = Device[device].renderer
   compiler, compiled_in_lowering = _unit_compiler(device)
   try:
-    with _group_lowering():
-      programs = {key: codegen.to_program(ast, renderer) for key, ast in kernels.items()}
+    with group_lowering():
+      programs = lowering_helpers.lowered(kernels, renderer, lambda ast: codegen.to_program(ast, renderer),
+                                          lambda program, ast: name_apart(program, ast, renderer))
     # NB: CL's runtime compiles a program's source when it loads it: the unit's binary awaits it in CACHEDB
     binaries = compile_unit(device, compiler, [program.src[2].arg for program in programs.values()])
     if compiled_in_lowering:
