@@ -27,6 +27,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection, wait
 
 from tinygrad import codegen
@@ -37,7 +38,7 @@ from tinyjax import config
 from tinyjax.backends.tinygrad.machinery.program_cache import KEYED
 from tinyjax.ir import profile
 
-DEFAULT_MOST = 4  # helpers by default, at most
+DEFAULT_MOST = 4  # helpers by default, at most (each ~50 MB: tinygrad and this folder)
 IN_FLIGHT = 2  # kernels handed to a helper at a time: the next is there when it is done with one
 _helpers: list["_Helper"] = []
 _started = threading.Lock()
@@ -120,13 +121,6 @@ class _Helper:
       results.update({index: None for handed_group, index in self.handed if handed_group == group})
       self.handed.clear()
 
-  def close(self) -> None:
-    self.tasks.close()  # its loop ends after the kernel it lowers
-    try:
-      self.process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      self.process.kill()
-
 
 def _started_helpers() -> list[_Helper]:
   with _started:
@@ -137,8 +131,15 @@ def _started_helpers() -> list[_Helper]:
 
 
 def _close_helpers() -> None:
+  """At exit: each helper's loop ends after the kernel it lowers; one that takes over 10 s more is killed."""
   for helper in _helpers:
-    helper.close()
+    helper.tasks.close()
+  deadline = time.monotonic() + 10
+  for helper in _helpers:
+    try:
+      helper.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      helper.process.kill()
 
 
 def lowered(kernels: dict[tuple, UOp], renderer, lower, name_apart) -> dict[tuple, UOp]:
