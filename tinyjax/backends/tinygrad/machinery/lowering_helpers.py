@@ -14,7 +14,7 @@ lowered by the process, which raises its error as tinygrad would.
 TINYJAX_LOWERING_HELPERS: how many helpers (default: the cores but one, shared among pytest-xdist's workers, at most
 4); 0: none.
 NB: a helper takes ~0.3 s to start (tinygrad and this folder's modules, not JAX): the helpers start at the first group
-of kernels, help with its end once ready, and with every group after.
+of SMALLEST_GROUP kernels or more, help with its end once ready, and with every such group after.
 NB: a profile (tinyjax.profile) times lowering in this process: while one records, the process lowers every kernel.
 NB: a helper that is gone is not replaced.
 """
@@ -39,6 +39,7 @@ from tinyjax.backends.tinygrad.machinery.program_cache import KEYED
 from tinyjax.ir import profile
 
 DEFAULT_MOST = 4  # helpers by default, at most (each ~50 MB: tinygrad and this folder)
+SMALLEST_GROUP = 4  # kernels: a smaller group lowers here (handing small kernels over saved less than it cost)
 IN_FLIGHT = 2  # kernels handed to a helper at a time: the next is there when it is done with one
 _helpers: list["_Helper"] = []
 _started = threading.Lock()
@@ -146,7 +147,8 @@ def lowered(kernels: dict[tuple, UOp], renderer, lower, name_apart) -> dict[tupl
   """Each kernel's program (`kernels`: program key -> AST), lowered by `lower(ast)` here from the start and by the
   helpers from the end; a helper's program is passed through `name_apart(program, ast)` here, in the group's order."""
   items = list(kernels.items())
-  if len(items) < 2 or profile.active is not None or not helper_count() or not _in_use.acquire(blocking=False):
+  if len(items) < SMALLEST_GROUP or profile.active is not None or not helper_count() \
+      or not _in_use.acquire(blocking=False):
     return {key: lower(ast) for key, ast in items}
   try:
     return _lowered_with(_started_helpers(), items, renderer, lower, name_apart)
