@@ -79,6 +79,32 @@ def test_dot_general_edge_values(lhs, rhs):
   check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL, precision=lax.Precision.HIGHEST)
 
 
+
+def _long_rows(shape, dtype, seed):
+  """Small whole numbers (exact products, exact sums in any order), as `dtype`."""
+  return np.round(np.random.default_rng(seed).normal(size=shape) * 4).astype(dtype)
+
+
+LONG_TERMS = 8201  # odd: the chunks' terms are padded
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_long_contractions_summed_in_chunks(dtype):
+  """A contraction too long for the CPU device's cache is summed in chunks there (contraction.py): JAX's values,
+  with the edge values spread over the chunks (inf in the first and -inf in the last: NaN; NaN; a row of -0.0s:
+  +0.0; int32 sums that wrap), batched and not. On other devices the same values in one sum."""
+  from tinyjax.backends.tinygrad.rules.contraction import _cache_chunks
+  lhs, rhs = _long_rows((16, LONG_TERMS), dtype, 1), _long_rows((LONG_TERMS, 16), dtype, 2)
+  assert _cache_chunks("CPU", 16, 16, LONG_TERMS, 4) >= 2  # the premise: split on the CPU device
+  if dtype == np.int32:
+    lhs[0] = np.iinfo(np.int32).max
+  else:
+    lhs[1, 10], lhs[1, -10], lhs[2, 4000], lhs[3] = np.inf, -np.inf, np.nan, -0.0
+    rhs[:, 0], rhs[:, 1] = -0.0, 1.0
+  check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL)
+  check_lax("dot_general", np.stack([lhs, lhs[::-1]]), np.stack([rhs, -rhs]), dimension_numbers=(((2,), (1,)), ((0,), (0,))))
+
+
 # --- conv_general_dilated
 
 CONV_CASES = {  # id: (lhs shape, rhs shape, params)

@@ -86,3 +86,35 @@ def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
   check(fn, x, w, rtol=1e-5, atol=1e-5)  # sums of 24 terms of either sign: some results are near zero
   assert any(body * theirs > kernel_opts.EXPANDED_BODY for body, theirs, _ in sizes), sizes
   assert all(body * ours <= kernel_opts.EXPANDED_BODY for body, _, ours in sizes), sizes
+
+
+def test_matmul_blocks_and_column_sums_widened_on_the_cpu(monkeypatch):
+  """On the CPU device a matmul's 4x4 register block is widened to kernel_opts.WIDE_BLOCK rows, and a sum over rows
+  (which tinygrad's heuristic does not upcast) sums WIDE_BLOCK contiguous columns at once; values are JAX's, edge
+  values included. NB: the premise (tinygrad's own choice) is asserted first; it moves with tinygrad's heuristic."""
+  from tinygrad.codegen.opt import OptOps, heuristic
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
+  tinyjax.config.update("device", "CPU")  # NB: the defaults' device is CL where POCL is installed
+  chosen = []  # (full shape, tinygrad's upcasts, ours) of each reduction kernel
+  optimize = heuristic.hand_coded_optimizations
+
+  def upcasts(kernel):
+    return sorted(opt.arg for opt in kernel.applied_opts if opt.op is OptOps.UPCAST)
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    if kernel.reduceop is not None:
+      chosen.append((tuple(kernel.full_shape), upcasts(optimize.__wrapped__(kernel)), upcasts(tuned)))
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  rng = np.random.default_rng(11)  # NB: shapes no other test uses, so that the kernels are lowered here
+  a, b = rng.normal(size=(128, 40)).astype(np.float32), rng.normal(size=(40, 112)).astype(np.float32)
+  a[0, 0], a[1, :], b[2, 3] = np.inf, -0.0, np.nan
+  check(lambda m, a, b: m.matmul(a, b), a, b, rtol=1e-5, atol=1e-5)
+  columns = rng.normal(size=(96, 64)).astype(np.float32)
+  columns[5, 1], columns[:, 2], columns[7, 3] = np.inf, -0.0, np.nan
+  check(lambda m, c: m.sum(c, axis=0), columns, rtol=1e-5, atol=1e-5)
+  matmul = [(theirs, ours) for shape, theirs, ours in chosen if shape == (128, 112, 40)]
+  column_sum = [(theirs, ours) for shape, theirs, ours in chosen if shape == (64, 96)]
+  assert matmul == [([4, 4], [4, kernel_opts.WIDE_BLOCK])], chosen
+  assert column_sum == [([], [kernel_opts.WIDE_BLOCK])], chosen
