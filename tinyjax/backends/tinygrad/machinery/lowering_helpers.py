@@ -6,9 +6,10 @@ pool of spawned workers imports tinygrad alone, without tinyjax's amendments, so
 (PARALLEL=0). A new program of many kernels then waits on one core: the CNN's first call lowers 14 of them
 (docs/performance.md). Here, while `compile_together` lowers a group of kernels, helper processes (started once per
 process, each with tinyjax's amendments) take kernels from the group's end while the process lowers from its
-start. The process alone hands kernels out, one or two at a time to each helper that said it is ready, so no kernel is
-lowered twice; it takes the helpers' programs in the group's order, so the kernels are named apart as if it had
-lowered every one (compile_together.name_apart). A kernel a helper could not lower (an error, a helper gone) is
+start. A thread of the process alone hands kernels out, one or two at a time to each helper that said it is ready, also
+while the process is inside a long lowering, so no kernel is lowered twice and no helper waits on the process; the
+process takes the helpers' programs in the group's order, so the kernels are named apart as if it had lowered every one
+(compile_together.name_apart). A kernel a helper could not lower (an error, a helper gone) is
 lowered by the process, which raises its error as tinygrad would.
 
 TINYJAX_LOWERING_HELPERS: how many helpers (default: the cores but one, shared among pytest-xdist's workers, at most
@@ -156,30 +157,67 @@ def lowered(kernels: dict[tuple, UOp], renderer, lower, name_apart) -> dict[tupl
     _in_use.release()
 
 
+class _Ends:
+  """A group's kernels taken from both ends: this process's from the start, the helpers' from the end."""
+
+  def __init__(self, count: int):
+    self._lock, self._first, self._last = threading.Lock(), 0, count - 1
+
+  def first(self) -> int | None:
+    with self._lock:
+      if self._first > self._last:
+        return None
+      self._first += 1
+      return self._first - 1
+
+  def last(self) -> int | None:
+    with self._lock:
+      if self._first > self._last:
+        return None
+      self._last -= 1
+      return self._last + 1
+
+  def taken(self) -> bool:
+    with self._lock:
+      return self._first > self._last
+
+
 def _lowered_with(helpers: list[_Helper], items: list, renderer, lower, name_apart) -> dict[tuple, UOp]:
-  group, results, programs, last_of_mine = next(_groups), {}, {}, len(items) - 1
+  """The process lowers from the group's start while a thread hands kernels from its end to each helper that is ready
+  (NB: also while the process is inside a long lowering: handing out only between the process's own kernels left a
+  helper idle for the length of a convolution's) and takes their programs; then the helpers' programs, in order."""
+  group, ends, results, mine = next(_groups), _Ends(len(items)), {}, {}
+  handing = threading.Thread(target=_hand_out, args=(helpers, items, renderer, group, ends, results), daemon=True,
+                             name="tinyjax lowering helpers")
+  handing.start()
+  while (index := ends.first()) is not None:
+    mine[index] = lower(items[index][1])
+  handing.join()
+  programs = {}
   for index, (key, ast) in enumerate(items):
-    if index <= last_of_mine:
-      for helper in helpers:  # NB: never the kernel this process lowers next
-        helper.read(results, group)
-        while helper.ready and len(helper.handed) < IN_FLIGHT and last_of_mine > index:
-          if not helper.hand(group, last_of_mine, items[last_of_mine][1], renderer):
-            break
-          last_of_mine -= 1
-      programs[key] = lower(ast)
+    if index in mine:
+      programs[key] = mine[index]
       continue
-    while index not in results:
-      waiting = [helper for helper in helpers if (group, index) in helper.handed]
-      if not waiting:
-        results[index] = None
-        break
-      wait([waiting[0].programs])  # NB: readable at its end too
-      waiting[0].read(results, group)
-    program = results.pop(index)
+    program = results.get(index)
     COUNTS["lowered by helpers" if program is not None else "lowered here in a helper's stead"] += 1
     programs[key] = lower(ast) if program is None else name_apart(program, ast)
     codegen.to_program_cache[key] = programs[key]
   return programs
+
+
+def _hand_out(helpers: list[_Helper], items: list, renderer, group: int, ends: _Ends, results: dict) -> None:
+  """Hand the group's last kernels to the helpers, IN_FLIGHT at a time each, until none is left and every one handed
+  is answered (a kernel not answered, or not handed, is lowered by the process)."""
+  while True:
+    for helper in helpers:
+      helper.read(results, group)
+      while helper.ready and len(helper.handed) < IN_FLIGHT and (index := ends.last()) is not None:
+        if not helper.hand(group, index, items[index][1], renderer):
+          break
+    answering = [helper.programs for helper in helpers if helper.handed]
+    if not answering and ends.taken():
+      return
+    wait(answering or [helper.programs for helper in helpers if helper.alive()], timeout=0.05)
 
 
 def serve(tasks, programs, group_lowering) -> None:
