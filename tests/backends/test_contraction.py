@@ -90,9 +90,9 @@ LONG_TERMS = 8201  # odd: the chunks' terms are padded
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
 def test_long_contractions_summed_in_chunks(dtype):
-  """A contraction too long for the CPU device's cache is summed in chunks there (contraction.py): JAX's values,
-  with the edge values spread over the chunks (inf in the first and -inf in the last: NaN; NaN; a row of -0.0s:
-  +0.0; int32 sums that wrap), batched and not. On other devices the same values in one sum."""
+  """A contraction too long for a CPU's cache is summed in chunks on the CPU and CL devices (contraction.py): JAX's
+  values, with the edge values spread over the chunks (inf in the first and -inf in the last: NaN; NaN; a row of
+  -0.0s: +0.0; int32 sums that wrap), batched and not. On other devices (WEBGPU) the same values in one sum."""
   from tinyjax.backends.tinygrad.rules.contraction import _cache_chunks
   lhs, rhs = _long_rows((16, LONG_TERMS), dtype, 1), _long_rows((LONG_TERMS, 16), dtype, 2)
   assert _cache_chunks("CPU", 16, 16, LONG_TERMS, 4) >= 2  # the premise: split on the CPU device
@@ -102,7 +102,8 @@ def test_long_contractions_summed_in_chunks(dtype):
     lhs[1, 10], lhs[1, -10], lhs[2, 4000], lhs[3] = np.inf, -np.inf, np.nan, -0.0
     rhs[:, 0], rhs[:, 1] = -0.0, 1.0
   check_lax("dot_general", lhs, rhs, dimension_numbers=MATMUL)
-  check_lax("dot_general", np.stack([lhs, lhs[::-1]]), np.stack([rhs, -rhs]), dimension_numbers=(((2,), (1,)), ((0,), (0,))))
+  batched = (((2,), (1,)), ((0,), (0,)))
+  check_lax("dot_general", np.stack([lhs, lhs[::-1]]), np.stack([rhs, -rhs]), dimension_numbers=batched)
 
 
 # --- conv_general_dilated

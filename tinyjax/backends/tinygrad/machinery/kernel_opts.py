@@ -62,8 +62,10 @@ def _widened_on_clang(kernel, tuned):
   if kernel.ren.target.device != "CPU" or len(upcasts) != 2 or any(opt.arg != 4 for opt in upcasts):
     return None
   outer = min(upcasts, key=lambda opt: opt.axis)  # NB: an UPCAST's axis indexes the kernel's shape, before and after
-  widened = _replayed(kernel, tuned.applied_opts,
-                      lambda k, opt: WIDE_BLOCK if opt is outer and k.full_shape[opt.axis] % WIDE_BLOCK == 0 else opt.arg)
+
+  def amount(shaped, opt):
+    return WIDE_BLOCK if opt is outer and shaped.full_shape[opt.axis] % WIDE_BLOCK == 0 else opt.arg
+  widened = _replayed(kernel, tuned.applied_opts, amount)
   return widened if widened.upcast_size() == tuned.upcast_size() * WIDE_BLOCK // 4 else None
 
 
@@ -75,9 +77,9 @@ def _contiguous_outputs_on_clang(kernel, tuned):
      or any(opt.op is OptOps.UPCAST for opt in tuned.applied_opts):
     return None  # NB: a reduction unrolled whole (a pooling window) is elementwise work, left to clang's vectorizer
   axis = tuned.upcastable_dims[-1]
-  loads = [buf.src[1].get_idx().split_uop(Ops.ADD) for buf in tuned.bufs]
-  if tuned.full_shape[axis] % WIDE_BLOCK or not any(any(term is tuned.rngs[axis] for term in terms) for terms in loads[1:]):
-    return None
+  loads = [buf.src[1].get_idx().split_uop(Ops.ADD) for buf in tuned.bufs[1:]]  # NB: bufs[0] is the output
+  if tuned.full_shape[axis] % WIDE_BLOCK or not any(any(term is tuned.rngs[axis] for term in terms) for terms in loads):
+    return None  # no load is contiguous along the axis: nothing would be read WIDE_BLOCK values at once
   widened = tuned.copy()
   try:
     widened.apply_opt(Opt(OptOps.UPCAST, axis, WIDE_BLOCK))
