@@ -4,11 +4,13 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
+from tinygrad.uop.ops import AxisType
 
 import tinyjax
 import tinyjax.numpy as tnp
 from helpers import default_settings  # noqa: F401  (the fixture, for every test here)
-from oracle import assert_like_jax, check, native
+from oracle import assert_like_jax, check, check_traced, native
 from tinyjax.choosing import selection
 
 pytestmark = pytest.mark.usefixtures("default_settings")
@@ -118,3 +120,28 @@ def test_matmul_blocks_and_column_sums_widened_on_the_cpu(monkeypatch):
   column_sum = [(theirs, ours) for shape, theirs, ours in chosen if shape == (64, 96)]
   assert matmul == [([4, 4], [4, kernel_opts.WIDE_BLOCK])], chosen
   assert column_sum == [([], [kernel_opts.WIDE_BLOCK])], chosen
+
+
+def test_reductions_unrolled_whole_are_left_to_clangs_vectorizer(monkeypatch):
+  """On the CPU device a reduction that tinygrad's heuristic unrolls whole (a 2x2 pooling window, with the activation
+  and bias before it) is not upcast, as an elementwise kernel is not (kernel_opts.py); values are JAX's, edge values included.
+  NB: the premise (tinygrad's own upcast of it) is asserted first; it moves with tinygrad's heuristic."""
+  from tinygrad.codegen.opt import OptOps, heuristic
+  tinyjax.config.update("device", "CPU")  # NB: the defaults' device is CL where POCL is installed
+  chosen = []  # (tinygrad's options, ours) of each kernel whose reduction is unrolled whole
+  optimize = heuristic.hand_coded_optimizations
+
+  def recording(kernel):
+    tuned = optimize(kernel)
+    if kernel.reduceop is not None and not tuned.axes_of(AxisType.REDUCE):
+      theirs = optimize.__wrapped__(kernel).applied_opts
+      chosen.append(([opt.op for opt in theirs], [opt.op for opt in tuned.applied_opts]))
+    return tuned
+  monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
+  x = np.random.default_rng(13).normal(size=(6, 36, 20, 8)).astype(np.float32)  # NB: a shape no other test uses
+  x[0, 0, 0, 0], x[1, 2, 3, 4], x[2, 4, 6, 1] = np.inf, np.nan, -0.0
+  bias = np.linspace(-1, 1, 8, dtype=np.float32)  # NB: a bias read alike along the window: the heuristic upcasts there
+  check_traced(lambda x: lax.reduce_window(jnp.tanh(x + bias), 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"), x,
+               rtol=1e-6, atol=1e-6)
+  assert chosen and any(OptOps.UPCAST in theirs for theirs, _ in chosen), chosen
+  assert all(OptOps.UPCAST not in ours for _, ours in chosen), chosen

@@ -13,6 +13,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr
 from tinygrad import Tensor, dtypes
 
+from tinyjax.backends.tinygrad.machinery.kernel_opts import SMALL_KERNEL
 from tinyjax.backends.tinygrad.numerics import floatbits as fb
 from tinyjax.backends.tinygrad.table import register, tg_dtype
 
@@ -47,6 +48,21 @@ def _to_output(ctx, result):
   return result.cast(tg_dtype(out_dtype))
 
 
+
+def _stored(ctx, result):
+  """A contraction's result, made a buffer of its own on CHUNKED_ON's devices when its kernel is large enough for
+  tinygrad's register blocking (kernel_opts.SMALL_KERNEL elements and more).
+
+  NB: fused, what follows it (a bias and an activation) is computed in the contraction's kernel, once per copy of its
+  upcast register block: on clang, scalar copies of silu's exp that nothing vectorizes, 41 of the benchmark CNN's first
+  convolution's 44.6 ms. Apart, the contraction is 3.0 ms and the activation joins the next kernel (a pooling, left to
+  clang's vectorizer: kernel_opts.py), one more store and load of the result."""
+  device = ctx.device
+  if isinstance(device, str) and device.split(":")[0] in CHUNKED_ON and math.prod(result.shape) >= SMALL_KERNEL:
+    return _computed_once(result)
+  return result
+
+
 # --- dot_general
 
 @register("dot_general")
@@ -79,7 +95,7 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_eleme
   if chunks > 1:  # NB: the chunks' partial sums added elementwise: as a reduction, the kernel that takes the
     partial = result.contiguous()  # contraction's epilogue (a bias, an activation) took 0.47 s to lower
     result = functools.reduce(operator.add, (partial[chunk] for chunk in range(chunks)))
-  return _to_output(ctx, _from_plus_zero(result, terms))
+  return _stored(ctx, _to_output(ctx, _from_plus_zero(result, terms)))
 
 
 CACHE_BLOCK = 1 << 20  # bytes of both operands' rows that one chunk of a contraction on the CPU device reads
@@ -167,7 +183,7 @@ def _conv_general_dilated(ctx, lhs, rhs, *, window_strides, padding, lhs_dilatio
   result = x.conv2d(kernel, groups=groups, stride=tuple(window_strides), dilation=tuple(rhs_dilation), dtype=acc)
   result = _from_plus_zero(result, int(np.prod(kernel.shape[1:])))
   result = result.reshape(result.shape[:len(out_spec)])  # the size-1 dimension a conv without spatial ones took
-  return _to_output(ctx, result.permute(tuple(np.argsort(out_spec))))
+  return _stored(ctx, _to_output(ctx, result.permute(tuple(np.argsort(out_spec)))))
 
 
 # --- reduce_window family
