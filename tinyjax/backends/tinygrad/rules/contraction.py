@@ -48,7 +48,6 @@ def _to_output(ctx, result):
   return result.cast(tg_dtype(out_dtype))
 
 
-
 def _stored(ctx, result):
   """A contraction's result, made a buffer of its own on CHUNKED_ON's devices when its kernel is large enough for
   tinygrad's register blocking (kernel_opts.SMALL_KERNEL elements and more).
@@ -57,10 +56,7 @@ def _stored(ctx, result):
   upcast register block: on clang, scalar copies of silu's exp that nothing vectorizes, 41 of the benchmark CNN's first
   convolution's 44.6 ms. Apart, the contraction is 3.0 ms and the activation joins the next kernel (a pooling, left to
   clang's vectorizer: kernel_opts.py), one more store and load of the result."""
-  device = ctx.device
-  if isinstance(device, str) and device.split(":")[0] in CHUNKED_ON and math.prod(result.shape) >= SMALL_KERNEL:
-    return _computed_once(result)
-  return result
+  return _computed_once(result) if _on_cpus(ctx.device) and math.prod(result.shape) >= SMALL_KERNEL else result
 
 
 # --- dot_general
@@ -81,16 +77,14 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_eleme
   lhs_free_shape, rhs_free_shape = [lhs.shape[d] for d in lhs_free], [rhs.shape[d] for d in rhs_free]
   acc = _accumulator(ctx.out_aval.dtype)
   lhs, rhs = _computed_once(lhs), _computed_once(rhs)
-  if not contract_shape:
-    lhs = lhs.cast(acc).permute((*lhs_batch, *lhs_free)).reshape((*batch_shape, *lhs_free_shape, *[1] * len(rhs_free)))
-    rhs = rhs.cast(acc).permute((*rhs_batch, *rhs_free)).reshape((*batch_shape, *[1] * len(lhs_free), *rhs_free_shape))
-    return _to_output(ctx, lhs * rhs)
-  terms = math.prod(contract_shape)
+  terms = math.prod(contract_shape)  # NB: 1 without contracted dimensions: a product, no sum
   chunks = _cache_chunks(ctx.device, math.prod(lhs_free_shape), math.prod(rhs_free_shape), terms, acc.itemsize)
   lhs = _chunked(lhs.cast(acc).permute((*lhs_batch, *lhs_free, *lhs_contract)).reshape(
     (*batch_shape, *lhs_free_shape, *[1] * len(rhs_free), terms)), chunks)
   rhs = _chunked(rhs.cast(acc).permute((*rhs_batch, *rhs_free, *rhs_contract)).reshape(
     (*batch_shape, *[1] * len(lhs_free), *rhs_free_shape, terms)), chunks)
+  if not contract_shape:
+    return _to_output(ctx, (lhs * rhs)[..., 0])
   result = (lhs * rhs).sum(axis=-1, dtype=acc)
   if chunks > 1:  # NB: the chunks' partial sums added elementwise: as a reduction, the kernel that takes the
     partial = result.contiguous()  # contraction's epilogue (a bias, an activation) took 0.47 s to lower
@@ -105,6 +99,12 @@ CHUNKED_ON = ("CPU", "CL")
 SMALLEST_CHUNK = 256  # terms
 
 
+def _on_cpus(device: str | tuple) -> bool:
+  """Whether a rule's device is one of CHUNKED_ON's. NB: a tuple is Arrays split over several devices: no chunks
+  (they would cross the devices) and no buffer of its own."""
+  return isinstance(device, str) and device.split(":")[0] in CHUNKED_ON
+
+
 def _cache_chunks(device: str | tuple, lhs_rows: int, rhs_rows: int, terms: int, itemsize: int) -> int:
   """How many chunks a contraction of `terms` terms is summed in on `device`: on CHUNKED_ON's devices, enough that one
   chunk of both operands' rows fits CACHE_BLOCK, with at least SMALLEST_CHUNK terms each, and no more partial sums
@@ -114,8 +114,8 @@ def _cache_chunks(device: str | tuple, lhs_rows: int, rhs_rows: int, terms: int,
   CPU device nothing else blocks it for the cache: a 256x3136 by 3136x256 product (the benchmark CNN's Dense) read
   its operands from memory again for every block, 5.5 GFLOP/s; summed in 4 chunks of 784 terms (partial products
   first, then their sum), 28 GFLOP/s. XLA's order of additions is not tinyjax's either way."""
-  if not isinstance(device, str) or device.split(":")[0] not in CHUNKED_ON:
-    return 1  # NB: a tuple is a contraction of Arrays split over several devices: its chunks would cross them
+  if not _on_cpus(device):
+    return 1
   wanted = -(-(lhs_rows + rhs_rows) * terms * itemsize // CACHE_BLOCK)
   return max(1, min(wanted, terms // SMALLEST_CHUNK, (lhs_rows + rhs_rows) * terms // max(1, lhs_rows * rhs_rows)))
 
