@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from tinygrad.uop.ops import AxisType
+from tinygrad.uop.ops import AxisType, Ops
 
 import tinyjax
 import tinyjax.numpy as tnp
@@ -145,3 +145,49 @@ def test_reductions_unrolled_whole_are_left_to_clangs_vectorizer(monkeypatch):
                rtol=1e-6, atol=1e-6)
   assert chosen and any(OptOps.UPCAST in theirs for theirs, _ in chosen), chosen
   assert all(OptOps.UPCAST not in ours for _, ours in chosen), chosen
+
+
+def scheduled_matmul():
+  """A 256x256 by 256x256 matmul's kernel on the device under test, as tinygrad's search is given it: (the kernel,
+  its buffers, its variables)."""
+  from tinygrad import Device, Tensor
+  from tinygrad.codegen.opt.postrange import Scheduler, args_from_ast
+  device = selection.current_backend().tg_device
+  a, b = (Tensor(np.ones((256, 256), np.float32), device=device).realize() for _ in range(2))
+  ast = next(call.src[0] for call in (a @ b).schedule_linear().src if call.src[0].op is Ops.SINK)
+  kernel = Scheduler(ast, Device[device].renderer)
+  kernel.convert_loop_to_global()
+  return (kernel, *args_from_ast(ast, device))
+
+
+def test_a_search_slower_than_the_heuristic_gives_way_to_it():
+  """tinygrad's search starts from no options: where what it finds runs slower than the heuristic's choice (here a
+  search that found nothing: a matmul with no register blocking, several times slower on any device), the kernel is
+  the heuristic's, both timed on the device."""
+  from tinygrad.codegen.opt import heuristic
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
+  kernel, buffers, variables = scheduled_matmul()
+  search = kernel_opts._faster_of_search_and_heuristic(lambda found, *arguments: found.copy())
+  chosen = heuristic.hand_coded_optimizations(kernel.copy()).applied_opts
+  assert chosen and search(kernel, buffers, variables, 1, disable_cache=True).applied_opts == chosen
+
+
+def test_a_faster_search_is_taken_and_the_comparison_kept(monkeypatch, tmp_path):
+  """Where the search's kernel runs faster it is the one lowered; the comparison's outcome is kept in tinygrad's disk
+  cache (CACHEDB), so a later lowering of the kernel times nothing."""
+  import sqlite3
+  from tinygrad import helpers
+  from tinyjax.backends.tinygrad.machinery import kernel_opts
+  monkeypatch.setattr(helpers, "_db_connection", sqlite3.connect(tmp_path / "cache.db"))
+  monkeypatch.setattr(helpers, "_db_tables", set())
+  timed = []
+
+  def run_time(kernel, *arguments):  # the search's kernel (no options) timed faster than the heuristic's
+    timed.append(kernel.applied_opts)
+    return 2.0 if kernel.applied_opts else 1.0
+  monkeypatch.setattr(kernel_opts, "_run_time", run_time)
+  kernel, buffers, variables = scheduled_matmul()
+  search = kernel_opts._faster_of_search_and_heuristic(lambda found, *arguments: found.copy())
+  assert search(kernel, buffers, variables, 1).applied_opts == [] and len(timed) == 2
+  assert search(kernel, buffers, variables, 1).applied_opts == [] and len(timed) == 2
+  assert search(kernel, buffers, variables, 1, disable_cache=True).applied_opts == [] and len(timed) == 4

@@ -3,8 +3,8 @@ IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL 
 conversions, its buffer views, its gated loads, its compile cache shared across threads, a schedule's new kernels
 compiled together (compile_together.py), its CL runtime's arguments, programs (one per binary), devices and compiles
 on POCL, its CPU device's synchronize, kernel entries and calls, its CUDA device's graphs, its TinyJit captures'
-buffers on CL and WEBGPU, its kernel heuristic (a policy of its own: kernel_opts.py), and its lowered programs kept on
-disk (program_cache.py).
+buffers on CL and WEBGPU, its kernel heuristic and search (a policy of its own: kernel_opts.py), and its lowered
+programs kept on disk (program_cache.py).
 While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -934,5 +934,5 @@ def amend() -> None:
     _launch_captured_cuda_kernels_one_by_one()
     _share_captured_buffers_on_cl_and_webgpu()
     _name_kernel_programs()
-    kernel_opts.amend_hand_coded_optimizations()
+    kernel_opts.amend_kernel_optimizations()
     _amended = True

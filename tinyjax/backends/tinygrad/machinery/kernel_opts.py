@@ -1,5 +1,6 @@
-"""How tinyjax amends tinygrad's hand-coded kernel optimizations: a small kernel is left as it is, long elementwise loops
-on the CPU device are left to clang's vectorizer, and no kernel's upcasts and unrolls copy its body beyond a budget.
+"""How tinyjax amends tinygrad's hand-coded kernel optimizations and its kernel search: a small kernel is left as it
+is, long elementwise loops on the CPU device are left to clang's vectorizer, no kernel's upcasts and unrolls copy its
+body beyond a budget, and a search's kernel is kept only where it runs faster than the heuristic's.
 
 NB: a kernel of fewer than SMALL_KERNEL elements of work (its output's and its reduction's together) takes no
 optimization: it runs in a few microseconds either way, and what the heuristic would give it (upcasts, unrolls, local
@@ -22,15 +23,25 @@ NB: on clang that 4x4 block leaves the registers of an AVX machine idle: a matmu
 output's outer axis upcast by 16 where the heuristic upcasts it by 4) runs 1.6-2x faster for a plain, transposed
 left or transposed right operand (512x256 by 256x256: 27 -> 45, 20 -> 38, 28 -> 46 GFLOP/s), and lowers in ~0.4 s
 more. Widened on the inner (the output's contiguous) axis instead, a right operand read transposed ran 2.5x slower.
+
+NB: tinygrad's kernel search (BEAM) starts from a kernel with no options, not from the heuristic's: with the choices
+above, a searched kernel can be slower than the one lowered without a search (a tuned program slower than the
+untuned). The search keeps the faster of the two, each timed as the search times its candidates.
 """
+import dataclasses
 import math
 
-from tinygrad.codegen.opt import KernelOptError, Opt, OptOps, heuristic
+from tinygrad.codegen import to_program
+from tinygrad.codegen.opt import KernelOptError, Opt, OptOps, heuristic, search
+from tinygrad.device import Device
+from tinygrad.helpers import diskcache_get, diskcache_put
 from tinygrad.uop.ops import AxisType, Ops
 
 SMALL_KERNEL = 1 << 10  # elements of work (output and reduction together): below this no optimization pays its lowering
 EXPANDED_BODY = 1 << 14  # a kernel's AST nodes times the copies its upcasts and unrolls make of them
 WIDE_BLOCK = 16  # rows of a matmul's register block on clang
+TIMED_RUNS = 5  # runs of the search's kernel and the heuristic's, the fastest of each compared
+FASTER_TABLE = "tinyjax_search_or_heuristic"  # tinygrad's disk cache table of the comparisons' outcomes
 
 
 def _small(kernel) -> bool:
@@ -123,6 +134,38 @@ def _amended(hand_coded):
   return optimize
 
 
-def amend_hand_coded_optimizations() -> None:
+def _run_time(kernel, rawbufs, var_vals, allow_test_size: bool) -> float:
+  """The fastest of TIMED_RUNS runs of `kernel` on `rawbufs`, as tinygrad's search times a candidate."""
+  ast = kernel.copy().get_optimized_ast(name_override="test")
+  device = kernel.ren.target.device
+  params = {p: p.replace(arg=dataclasses.replace(p.arg, device=device)) for p in ast.toposort() if p.op is Ops.PARAM}
+  program = to_program(ast.substitute(params), kernel.ren)
+  return min(search._time_program(program, var_vals, rawbufs, allow_test_size=allow_test_size, cnt=TIMED_RUNS,
+                                  clear_l2=hasattr(Device[device], "invalidate_caches")))
+
+
+def _faster_of_search_and_heuristic(beam_search):
+  def searched(kernel, rawbufs, var_vals, amt, allow_test_size=True, disable_cache=search.IGNORE_BEAM_CACHE.value):
+    found = beam_search(kernel, rawbufs, var_vals, amt, allow_test_size, disable_cache)
+    if any(node.op is Ops.STAGE for node in kernel.ast.backward_slice):
+      return found  # NB: a kernel of several blocks, which tinygrad's heuristic leaves as it is (its apply_opts)
+    chosen = heuristic.hand_coded_optimizations(kernel.copy())
+    if found.applied_opts == chosen.applied_opts:
+      return found
+    key = {"ast": kernel.ast.key, "amt": amt, "allow_test_size": allow_test_size, "device": kernel.ren.target.device,
+           "suffix": kernel.ren.suffix, "searched": repr(found.applied_opts), "chosen": repr(chosen.applied_opts)}
+    if (search_won := None if disable_cache else diskcache_get(FASTER_TABLE, key)) is None:
+      search._ensure_buffer_alloc(rawbufs)
+      search_won = _run_time(found, rawbufs, var_vals, allow_test_size) <= \
+          _run_time(chosen, rawbufs, var_vals, allow_test_size)
+      diskcache_put(FASTER_TABLE, key, search_won)
+    return found if search_won else chosen
+  searched.__wrapped__ = beam_search
+  return searched
+
+
+def amend_kernel_optimizations() -> None:
   if not hasattr(heuristic.hand_coded_optimizations, "__wrapped__"):
     heuristic.hand_coded_optimizations = _amended(heuristic.hand_coded_optimizations)
+  if not hasattr(search.beam_search, "__wrapped__"):
+    search.beam_search = _faster_of_search_and_heuristic(search.beam_search)
