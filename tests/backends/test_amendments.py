@@ -428,6 +428,36 @@ def test_cuda_devices_have_no_graph_for_tinyjit():
   assert device.graph is None
 
 
+def test_a_kernel_over_several_devices_is_walked_once(monkeypatch):
+  """amendments._per_device is tinygrad's unwrap_multi with its walk of a kernel's program (does it bind the device's
+  number?) made once per program: a sharded sum with a sharded arange (a kernel that binds it) computes JAX's values
+  on two CPU devices, run again it walks no program."""
+  import jax.numpy as jnp
+  from tinygrad import Tensor
+  from tinygrad.engine import jit, realize
+  from tinygrad.uop import Ops
+  source = inspect.getsource(realize)
+  assert "has_dnum = any((x.op is Ops.RANGE and x.arg[-1] is AxisType.DEVICE) or (x.op is Ops.PARAM and " \
+         "x.arg.name == '_device_num')" in source and "for x in call.src[0].toposort())" in source
+  assert 'yield list(per_dev), {"_device_num": j} if has_dnum else {}' in source
+  assert realize.unwrap_multi is jit.unwrap_multi is amendments._per_device
+  devices = ("CPU", "CPU:1")
+  values = np.linspace(-1, 1, 8, dtype=np.float32)
+  x = Tensor(values).shard(devices, axis=0).realize()
+  walked, toposort = [], UOp.toposort
+
+  def counted(self, *args, **kwargs):
+    walked.append(self.op)
+    return toposort(self, *args, **kwargs)
+  expected = np.asarray(jnp.asarray(values) + jnp.arange(8, dtype=jnp.float32))
+  for run in range(2):
+    y = (x + Tensor.arange(8, dtype=dtypes.float32).shard(devices, axis=0)).realize()
+    np.testing.assert_array_equal(y.numpy(), expected)
+    if run == 0:
+      monkeypatch.setattr(UOp, "toposort", counted)
+  assert Ops.PROGRAM not in walked
+
+
 def test_block_until_ready_waits_for_each_call():
   """A chain of jitted calls, each result waited for and then read: every wait saw its call's kernels finish."""
   import jax

@@ -2,9 +2,9 @@
 IEEE division on every renderer, its simplifier, its C-style, OpenCL C and WGSL renderers, its float16 emulation's
 conversions, its buffer views, its gated loads, its compile cache shared across threads, a schedule's new kernels
 compiled together (compile_together.py), its CL runtime's arguments, programs (one per binary), devices and compiles
-on POCL, its CPU device's synchronize, kernel entries and calls, its CUDA device's graphs, its TinyJit captures'
-buffers on CL and WEBGPU, its kernel heuristic and search (a policy of its own: kernel_opts.py), and its lowered
-programs kept on disk (program_cache.py).
+on POCL, its CPU device's synchronize, kernel entries and calls, its CUDA device's graphs, its launches over several
+devices, its TinyJit captures' buffers on CL and WEBGPU, its kernel heuristic and search (a policy of its own:
+kernel_opts.py), and its lowered programs kept on disk (program_cache.py).
 While a profile records (tinyjax.ir.profile), `kernels_timed` also times each kernel's compile, load and runs.
 `kernel_context()` is the one set of tinygrad settings every kernel tinyjax compiles is made under (a flush, an
 export). tests/backends/test_amendments.py checks each against JAX, and the tinygrad version they are written for.
@@ -67,7 +67,7 @@ import weakref
 from tinygrad import codegen, tensor
 from tinygrad.codegen.decomp import dtype as decomp_dtype
 from tinygrad.codegen.late import gater
-from tinygrad.device import Compiled, Device
+from tinygrad.device import Compiled, Device, MultiBuffer
 from tinygrad.dtype import dtypes
 from tinygrad.engine import jit, realize
 from tinygrad.helpers import PARALLEL, strip_parens
@@ -78,7 +78,7 @@ from tinygrad.runtime.support import elf
 from tinygrad.runtime.support.compiler_cpu import ClangCompiler
 from tinygrad.schedule import memory
 from tinygrad.uop import symbolic
-from tinygrad.uop.ops import Ops, PatternMatcher, UPat, graph_rewrite, python_alu
+from tinygrad.uop.ops import AxisType, Ops, PatternMatcher, UPat, graph_rewrite, python_alu
 
 from tinyjax.backends.tinygrad.machinery import compile_together, kernel_opts, program_cache
 
@@ -728,6 +728,37 @@ def _launch_captured_cuda_kernels_one_by_one() -> None:
   ops_cuda.CUDADevice.graph = property(lambda self: None, lambda self, graph: None)
 
 
+# whether a kernel binds the number of the device it runs on (its DEVICE range, or `_device_num` after codegen)
+_BINDS_DEVICE_NUMBER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _binds_device_number(kernel) -> bool:
+  if (bound := _BINDS_DEVICE_NUMBER.get(kernel)) is None:
+    bound = _BINDS_DEVICE_NUMBER[kernel] = any(
+      (node.op is Ops.RANGE and node.arg[-1] is AxisType.DEVICE)
+      or (node.op is Ops.PARAM and node.arg.name == "_device_num") for node in kernel.toposort())
+  return bound
+
+
+def _per_device(call, resolved):
+  """tinygrad's `unwrap_multi`: a call's buffers, and the variables bound, for each device the call runs on."""
+  buffers = [b.buffer for b in resolved]
+  if not any(isinstance(b, MultiBuffer) for b in buffers):
+    yield buffers, {}
+    return
+  bound = _binds_device_number(call.src[0])
+  for number, on_device in enumerate(zip(*[b.bufs for b in buffers])):
+    yield list(on_device), {"_device_num": number} if bound else {}
+
+
+def _find_device_number_bindings_once() -> None:
+  """NB: tinygrad 0.14's `unwrap_multi` walks the whole of a kernel's program (its toposort: thousands of nodes) at
+  every launch over several devices, to find whether the program binds the device's number: the data-parallel MLP
+  step over 2 CPU devices spent most of its 24 ms there (its kernels: 3 ms per device). The answer is found once per
+  program. `jit` imported the function by name."""
+  realize.unwrap_multi = jit.unwrap_multi = _per_device
+
+
 def _whole_buffers_shared(plan):
   """tinygrad's memory plan of a TinyJit capture, then on CL and WEBGPU (which it leaves alone) the capture's
   intermediate buffers shared whole: each takes the buffer of an earlier one of its device, dtype and size whose last
@@ -932,6 +963,7 @@ def amend() -> None:
     _synchronize_with_views_made_once()
     _call_cpu_programs_with_typed_arguments()
     _launch_captured_cuda_kernels_one_by_one()
+    _find_device_number_bindings_once()
     _share_captured_buffers_on_cl_and_webgpu()
     _name_kernel_programs()
     kernel_opts.amend_kernel_optimizations()
