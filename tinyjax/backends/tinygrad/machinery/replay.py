@@ -7,7 +7,7 @@ import weakref
 
 from tinygrad import Tensor, TinyJit
 from tinygrad import tensor as tensor_module
-from tinygrad.device import Buffer
+from tinygrad.device import Buffer, MultiBuffer
 from tinygrad.engine.jit import JitError
 from tinygrad.engine.realize import get_call_arg_uops, get_runtime, run_linear
 from tinygrad.helpers import Metadata
@@ -94,7 +94,7 @@ class Replayed:
   def __init__(self, run, lazy, program, const, plain_runs: int = 1):
     self.kernels = None  # the captured kernels resolved for launching, when every one is a plain kernel launch
     self.synchronous = False  # every one of them is a direct call (Launch.direct): a replay is done when it returns
-    self.templates: list[_OutputTemplate] = []  # of each written output
+    self.templates: list[OutputTemplate] = []  # of each written output
     self.run, self.lazy, self.program, self.const = run, lazy, program, const
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
@@ -193,8 +193,8 @@ class Replayed:
   def _new_slot(self) -> "_Slot":
     """New written outputs: a fresh BUFFER uop, allocated Buffer and Tensor each."""
     if not self.templates:
-      self.templates = [_OutputTemplate.of(*spec) for spec in self.specs]
-    return _Slot(*_fresh_outputs(self.templates))
+      self.templates = [OutputTemplate.of(*spec) for spec in self.specs]
+    return _Slot(*fresh_outputs(self.templates))
 
   def _replay(self, inputs):
     if (outs := self.launched(inputs)) is not None:
@@ -215,8 +215,9 @@ class Replayed:
     return outs
 
 
-def _fresh_outputs(templates: list) -> tuple[list, list]:
-  """Outputs to be written by a replay: for each template a fresh BUFFER uop, its allocated Buffer and a Tensor."""
+def fresh_outputs(templates: list) -> tuple[list, list]:
+  """Outputs to be written by a replay: for each template a fresh BUFFER uop, its allocated Buffer (a list of the
+  blocks' over a device set) and a Tensor."""
   tensors, made = [], []
   # NB: Tensor's methods (its __hash__, which registering a Tensor calls) are wrapped for tinygrad's metadata
   # tracing, which opens a profiling context at each call unless an operation's metadata is set already, as here
@@ -226,10 +227,18 @@ def _fresh_outputs(templates: list) -> tuple[list, list]:
       target = template.fresh()
       # NB: each BUFFER uop's Buffer set in tinygrad's table directly: UOp.buffer computes the uop's shape and
       # base first, which costs more than the launches of a small program
-      buffer = buffers[target] = Buffer(template.device, template.size, template.dtype).ref(1)
-      made.append(buffer.ensure_allocated())
-      tensors.append(_tensor_of(target if template.shape_operands is None else
-                                UOp(Ops.RESHAPE, target.dtype, (target, *template.shape_operands))))
+      if isinstance(template.device, str):
+        buffer = buffers[target] = Buffer(template.device, template.size, template.dtype).ref(1)
+        made.append(buffer.ensure_allocated())
+      else:
+        buffer = buffers[target] = MultiBuffer(template.device, template.size, template.dtype).ref(1)
+        made.append([block.ensure_allocated() for block in buffer.bufs])
+      output = target if template.shape_operands is None else \
+          UOp(Ops.RESHAPE, target.dtype, (target, *template.shape_operands))
+      if template.split is not None:
+        ranges, axes = template.split
+        output = UOp(Ops.UNSHARD, output.dtype, (output, *ranges), axes)
+      tensors.append(_tensor_of(output))
   finally:
     tensor_module._METADATA.set(outer)
   return tensors, made
@@ -275,22 +284,26 @@ def _tensor_of(uop):
 
 
 @dataclasses.dataclass(frozen=True)
-class _OutputTemplate:
-  """A written output's BUFFER uop and the operands of its reshape to the output's shape, made once.
+class OutputTemplate:
+  """A written output's BUFFER uop and the operands of its reshape to the output's shape, made once; of an output over
+  a device set (`device` a tuple), a block on each device, and where it is split, the operands of its UNSHARD.
 
-  NB: tinygrad's UOp.new_buffer and reshape infer each uop's dtype and check and simplify the shape, which costs more
-  than the launches of a small program: a replay makes its uops with the dtype and operands given."""
+  NB: tinygrad's UOp.new_buffer, reshape and unshard infer each uop's dtype and check and simplify the shape, which
+  costs more than the launches of a small program: a replay makes its uops with the dtype and operands given."""
   buffer: object
   shape_operands: tuple | None  # None: the output has the buffer's own shape, (size,)
   size: int
   dtype: object
-  device: str
+  device: str | tuple
+  split: tuple | None = None  # (the UNSHARD's device ranges, its axes) of an output split over a device set
 
   @classmethod
-  def of(cls, shape, size, dtype, device):
+  def of(cls, shape, size, dtype, device, axis: int | None = None):
+    """The template of an output of `shape` (a block's, of an output split along `axis` over the device set)."""
     buffer = UOp.new_buffer(device, size, dtype)
     reshaped = buffer.reshape(shape)
-    return cls(buffer, None if reshaped is buffer else reshaped.src[1:], size, dtype, device)
+    split = None if axis is None else ((unsharded := reshaped.unshard(axis)).src[1:], unsharded.arg)
+    return cls(buffer, None if reshaped is buffer else reshaped.src[1:], size, dtype, device, split)
 
   def fresh(self):
     """A new BUFFER uop (a slot of its own) like the template's."""
@@ -395,7 +408,7 @@ class Chained:
                                            parameters=tuple((p, at[a]) for p, a in k.parameters)) for k in kernels]
       for shape, size, dtype, device in specs:
         if position in outputs:
-          self.templates.append(_OutputTemplate.of(shape, size, dtype, device))
+          self.templates.append(OutputTemplate.of(shape, size, dtype, device))
           self.fresh.append(position)
         else:
           reusable = free.get((device, size, dtype))
@@ -414,7 +427,7 @@ class Chained:
     bases = [t.uop.base for t in inputs]
     if any(b.op is not Ops.BUFFER for b in bases):
       return None
-    tensors, made = _fresh_outputs(self.templates)
+    tensors, made = fresh_outputs(self.templates)
     table = list(self.table)
     for i, base in enumerate(bases):
       table[i] = buffers[base].ensure_allocated()

@@ -5,39 +5,41 @@ gathered: on the set's first device, its inputs gathered there and its outputs c
 
 NB: the values are the same either way; only where the work runs differs, and the report says which.
 """
+import math
+
 from tinygrad import Tensor, TinyJit
 from tinygrad.engine.jit import JitError
 from tinygrad.uop.ops import Ops
 
-from tinyjax.backends.tinygrad.machinery.replay import realized
+from tinyjax.backends.tinygrad.machinery.replay import OutputTemplate, fresh_outputs, realized
 
 
 class SplitReplay:
   """A wholly native program over a device set: run plainly first, captured by TinyJit on its second run and replayed
-  by TinyJit after that (tinygrad's own replay, which launches each kernel on every device of the set: tinyjax's
-  launcher, replay.Replayed, launches kernels of one device). As in Replayed, the computed outputs are inputs of the
-  capture, each assigned into a buffer passed in (split as the first run's output was), so that every replay writes
-  them into fresh buffers. NB: TinyJit's own outputs are the same buffers at every replay."""
+  by TinyJit's capture after that (tinygrad's own replay, which launches each kernel on every device of the set:
+  tinyjax's launcher, replay.Replayed, launches kernels of one device). As in Replayed, the computed outputs are inputs
+  of the capture, each assigned into a buffer passed in (made from a template of the first run's output, split as it
+  was), so that every replay writes them into fresh buffers; and a replay skips TinyJit's checks of its inputs (the
+  program cache key fixes their avals). NB: TinyJit's own outputs are the same buffers at every replay."""
 
   def __init__(self, run, lazy, program, const, devices: tuple):
     self.run, self.lazy, self.program, self.const, self.devices = run, lazy, program, const, devices
     self.n_inputs = len(program.in_avals)
     self.computed = [i for i, a in enumerate(program.outputs) if isinstance(a, int) and a >= self.n_inputs]
     self.jit = TinyJit(self._assign_outputs) if self.computed else None
-    self.targets: list[tuple] = []  # (shape, dtype, split axis or None) of each computed output
+    self.targets: list[OutputTemplate] = []  # of each computed output
     self.calls = 0
 
   def _assign_outputs(self, *buffers):
     outs = self.lazy(list(buffers[:self.n_inputs]))
     return tuple(target.assign(outs[i]) for target, i in zip(buffers[self.n_inputs:], self.computed))
 
-  def _fresh_target(self, shape, dtype, axis) -> Tensor:
-    """An output buffer over the device set: a block on each device, or a copy on each where `axis` is None."""
-    block = tuple(n // len(self.devices) if d == axis else n for d, n in enumerate(shape))
-    blocks = Tensor.empty(*block, dtype=dtype, device=self.devices)
-    for buffer in blocks.uop.buffer.bufs:  # NB: TinyJit takes only allocated buffers for inputs (else: constants)
-      buffer.ensure_allocated()
-    return blocks if axis is None else Tensor(blocks.uop.unshard(axis))
+  def _template(self, output: Tensor) -> OutputTemplate:
+    """The template of a computed output's buffer over the device set: a block on each device, or a copy on each
+    where it is not split."""
+    axis, devices = output.uop.axis, self.devices
+    block = tuple(n // len(devices) if d == axis else n for d, n in enumerate(output.shape))
+    return OutputTemplate.of(block, math.prod(block), output.dtype, devices, axis)
 
   def __call__(self, inputs):
     self.calls += 1
@@ -45,23 +47,31 @@ class SplitReplay:
       outs = self.run(inputs)
       computed = [outs[i] for i in self.computed]
       if self.jit is not None and all(isinstance(t, Tensor) and t.numel() for t in computed):
-        self.targets = [(t.shape, t.dtype, t.uop.axis) for t in computed]
+        self.targets = [self._template(t) for t in computed]
       else:  # nothing to capture, or an output with no buffer to write (empty, or a host array): runs plainly
         self.jit = None
       return outs
     if self.jit.cnt == 0:
       self.jit.cnt = 1  # NB: the first run did TinyJit's one-time work: its second call captures (as Replayed's)
-    targets = [self._fresh_target(*target) for target in self.targets]
-    try:
-      self.jit(*inputs, *targets)  # NB: what it returns are the capture's tensors: the targets hold this run's
-    except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
-      self.jit = None
-      return self.run(inputs)
+    targets, _ = fresh_outputs(self.targets)  # NB: TinyJit takes only allocated buffers for inputs (else: constants)
+    if self.jit.captured is not None:
+      self.jit.captured([_buffer(t) for t in (*inputs, *targets) if t.__class__ is Tensor], {})
+    else:
+      try:
+        self.jit(*inputs, *targets)  # NB: what it returns are the capture's tensors: the targets hold this run's
+      except JitError:  # e.g. two inputs on one buffer (TinyJit refuses to capture them)
+        self.jit = None
+        return self.run(inputs)
     outs = [self.const(a) if not isinstance(a, int) else inputs[a] if a < self.n_inputs else None
             for a in self.program.outputs]
     for i, target in zip(self.computed, targets):
       outs[i] = target
     return realized(outs, self.devices)
+
+
+def _buffer(tensor: Tensor):
+  """The buffer a Tensor over a device set reads (its blocks', where it is split), as TinyJit takes its inputs."""
+  return (tensor.uop.src[0] if tensor.uop.op is Ops.UNSHARD else tensor.uop).base
 
 
 def is_split(buffer) -> bool:
