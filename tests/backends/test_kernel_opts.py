@@ -91,35 +91,52 @@ def test_upcasts_copy_a_kernels_body_within_the_budget(monkeypatch):
 
 
 def test_matmul_blocks_and_column_sums_widened_on_the_cpu(monkeypatch):
-  """On the CPU device a matmul's 4x4 register block is widened to kernel_opts.WIDE_BLOCK rows, and a sum over rows
-  (which tinygrad's heuristic does not upcast) sums WIDE_BLOCK contiguous columns at once; values are JAX's, edge
-  values included. NB: the premise (tinygrad's own choice) is asserted first; it moves with tinygrad's heuristic."""
+  """On the CPU device a matmul's or a convolution's 4x4 register block is widened to kernel_opts.WIDE_BLOCK along
+  the inner of its axes along which an operand is read contiguously (a matmul's columns, a convolution's output
+  channels), or the outer where there is none (a right operand read transposed); a sum over rows (which tinygrad's
+  heuristic does not upcast) sums WIDE_BLOCK contiguous columns at once. Values are JAX's, edge values included.
+  NB: the premise (tinygrad's own choice) is asserted first; it moves with tinygrad's heuristic."""
   from tinygrad.codegen.opt import OptOps, heuristic
   from tinyjax.backends.tinygrad.machinery import kernel_opts
   tinyjax.config.update("device", "CPU")  # NB: the defaults' device is CL where POCL is installed
-  chosen = []  # (full shape, tinygrad's upcasts, ours) of each reduction kernel
+  chosen = []  # (full shape, tinygrad's upcasts, ours) of each reduction kernel, as {axis's size: amount}
   optimize = heuristic.hand_coded_optimizations
 
-  def upcasts(kernel):
-    return sorted(opt.arg for opt in kernel.applied_opts if opt.op is OptOps.UPCAST)
+  def upcasts(kernel, tuned):  # NB: an UPCAST's axis indexes the kernel's shape, before and after
+    return {kernel.full_shape[opt.axis]: opt.arg for opt in tuned.applied_opts if opt.op is OptOps.UPCAST}
 
   def recording(kernel):
     tuned = optimize(kernel)
     if kernel.reduceop is not None:
-      chosen.append((tuple(kernel.full_shape), upcasts(optimize.__wrapped__(kernel)), upcasts(tuned)))
+      chosen.append((tuple(kernel.full_shape), upcasts(kernel, optimize.__wrapped__(kernel.copy())),
+                     upcasts(kernel, tuned)))
     return tuned
   monkeypatch.setattr(heuristic, "hand_coded_optimizations", recording)
   rng = np.random.default_rng(11)  # NB: shapes no other test uses, so that the kernels are lowered here
   a, b = rng.normal(size=(128, 40)).astype(np.float32), rng.normal(size=(40, 112)).astype(np.float32)
   a[0, 0], a[1, :], b[2, 3] = np.inf, -0.0, np.nan
   check(lambda m, a, b: m.matmul(a, b), a, b, rtol=1e-5, atol=1e-5)
+  rows = rng.normal(size=(112, 56)).astype(np.float32)
+  check_traced(lambda a, b: jnp.matmul(a, b.T), rng.normal(size=(128, 56)).astype(np.float32), rows, rtol=1e-5,
+               atol=1e-5)
   columns = rng.normal(size=(96, 64)).astype(np.float32)
   columns[5, 1], columns[:, 2], columns[7, 3] = np.inf, -0.0, np.nan
   check(lambda m, c: m.sum(c, axis=0), columns, rtol=1e-5, atol=1e-5)
-  matmul = [(theirs, ours) for shape, theirs, ours in chosen if shape == (128, 112, 40)]
-  column_sum = [(theirs, ours) for shape, theirs, ours in chosen if shape == (64, 96)]
-  assert matmul == [([4, 4], [4, kernel_opts.WIDE_BLOCK])], chosen
-  assert column_sum == [([], [kernel_opts.WIDE_BLOCK])], chosen
+  images = rng.normal(size=(16, 14, 14, 32)).astype(np.float32)
+  weights = rng.normal(size=(3, 3, 32, 64)).astype(np.float32)
+  images[0, 0, 0, 0], images[1, 2, 3, 4], weights[1, 1, 2, 3] = np.inf, -0.0, np.nan
+  check_traced(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+               images, weights, rtol=1e-5, atol=1e-4)  # NB: sums of 288 terms of about 1: float32's rounding
+  wide = kernel_opts.WIDE_BLOCK
+  by_shape = {}
+  for shape, theirs, ours in chosen:
+    by_shape.setdefault(shape, []).append((theirs, ours))
+  # the columns, read contiguously from b; the rows, where b is read transposed
+  assert by_shape[128, 112, 40] == [({112: 4, 128: 4}, {112: wide, 128: 4})], chosen
+  assert by_shape[128, 112, 56] == [({112: 4, 128: 4}, {112: 4, 128: wide})], chosen
+  # the output channels, read contiguously from the weights; the batch not upcast, to keep within the budget
+  assert [ours for shape, theirs, ours in chosen if len(shape) > 3] == [{64: wide}], chosen
+  assert by_shape[64, 96] == [({}, {64: wide})], chosen
 
 
 def test_reductions_unrolled_whole_are_left_to_clangs_vectorizer(monkeypatch):

@@ -19,14 +19,14 @@ on a fused body of a few hundred ops (attention's masked softmax and its gradien
 thousands of ops that take seconds each to lower and compile. A kernel over the budget keeps tinygrad's choices with
 smaller amounts (4, then 2), or without them. The measurements behind both are in docs/performance.md.
 
-NB: on clang that 4x4 block leaves the registers of an AVX machine idle: a matmul's block widened to 16 rows (the
-output's outer axis upcast by 16 where the heuristic upcasts it by 4) runs 1.6-2x faster for a plain, transposed
-left or transposed right operand (512x256 by 256x256: 27 -> 45, 20 -> 38, 28 -> 46 GFLOP/s), and lowers in ~0.4 s
-more. Widened on the inner (the output's contiguous) axis instead, a right operand read transposed ran 2.5x slower.
-
-NB: tinygrad's kernel search (BEAM) starts from a kernel with no options, not from the heuristic's: with the choices
-above, a searched kernel can be slower than the one lowered without a search (a tuned program slower than the
-untuned). The search keeps the faster of the two, each timed as the search times its candidates.
+NB: on clang that 4x4 block leaves the registers of an AVX machine idle: a matmul's block widened to 16 (one of its
+two axes upcast by 16 where the heuristic upcasts it by 4) runs 1.4-2.5x faster, and lowers in ~0.4 s more. The axis
+widened is the inner of those along which an operand is read contiguously, else the outer (512x256 by 256x256, 2
+threads: plain 1.54 -> 1.06 ms, the columns; left operand transposed 2.83 -> 1.10 ms, the columns; right operand
+transposed 1.58 -> 1.18 ms, the rows, where the columns took 1.77). A convolution's block (NHWC by HWIO) is widened
+along its output channels, whose weights are read contiguously, and its other upcast (the batch) dropped to keep the
+copies of its body within the budget: the benchmark CNN's second convolution 60.8 -> 42.2 ms, lowered and compiled
+cold in 0.55 s instead of 0.85 (its batch upcast kept: 31.4 ms, but 1.57 s to lower; its batch widened: 77 ms).
 """
 import dataclasses
 import math
@@ -74,18 +74,36 @@ def _replayed(kernel, opts, amount):
   return shaped
 
 
-def _widened_on_clang(kernel, tuned):
-  """The options of `tuned` with the outer of its two upcasts of 4 (a matmul's register block) upcast by WIDE_BLOCK,
-  on the CPU device and where that axis divides; else None."""
+def _read_contiguously(kernel, axis: int) -> bool:
+  """Whether a buffer the kernel loads is read contiguously along `axis` (its index has the axis's range as a term)."""
+  stored = {node.src[0] for node in kernel.ast.toposort() if node.op is Ops.STORE}
+  loads = [buf.src[1].get_idx().split_uop(Ops.ADD) for buf in kernel.bufs if buf not in stored]
+  return any(any(term is kernel.rngs[axis] for term in terms) for terms in loads)
+
+
+def _widened_on_clang(kernel, tuned, body: int):
+  """The options of `tuned` with one of its two upcasts of 4 (a matmul's register block) upcast by WIDE_BLOCK, on the
+  CPU device and where that axis divides; else None. The axis widened is the inner of those along which a load is
+  contiguous (the output channels of a convolution, whose weights are read along them), else the outer; where it is
+  read contiguously, the other upcast is narrowed (to 2, then none) so that the block's copies of the body stay within
+  EXPANDED_BODY."""
   upcasts = [opt for opt in tuned.applied_opts if opt.op is OptOps.UPCAST]
   if kernel.ren.target.device != "CPU" or len(upcasts) != 2 or any(opt.arg != 4 for opt in upcasts):
     return None
-  outer = min(upcasts, key=lambda opt: opt.axis)  # NB: an UPCAST's axis indexes the kernel's shape, before and after
-
-  def amount(shaped, opt):
-    return WIDE_BLOCK if opt is outer and shaped.full_shape[opt.axis] % WIDE_BLOCK == 0 else opt.arg
-  widened = _replayed(kernel, tuned.applied_opts, amount)
-  return widened if widened.upcast_size() == tuned.upcast_size() * WIDE_BLOCK // 4 else None
+  # NB: an UPCAST's axis indexes the kernel's shape, before and after
+  contiguous = [opt for opt in upcasts if _read_contiguously(kernel, opt.axis)]
+  wide = max(contiguous, key=lambda opt: opt.axis) if contiguous else min(upcasts, key=lambda opt: opt.axis)
+  if kernel.full_shape[wide.axis] % WIDE_BLOCK:
+    return None
+  other = next(opt for opt in upcasts if opt is not wide)
+  # NB: a block narrowed along its other axis pays only where the wide one is read contiguously (a convolution's batch
+  # widened alone, where nothing is: 266 ms against tinygrad's 4x4 block's 119)
+  for narrowed in (other.arg, 2, None) if contiguous else (other.arg,):
+    widened = _replayed(kernel, tuned.applied_opts,
+                        lambda shaped, opt: WIDE_BLOCK if opt is wide else narrowed if opt is other else opt.arg)
+    if body * widened.upcast_size() <= EXPANDED_BODY:
+      return widened if Opt(OptOps.UPCAST, wide.axis, WIDE_BLOCK) in widened.applied_opts else None
+  return None
 
 
 def _contiguous_outputs_on_clang(kernel, tuned):
@@ -96,8 +114,7 @@ def _contiguous_outputs_on_clang(kernel, tuned):
      or any(opt.op is OptOps.UPCAST for opt in tuned.applied_opts):
     return None  # NB: a reduction unrolled whole (a pooling window) is elementwise work, left to clang's vectorizer
   axis = tuned.upcastable_dims[-1]
-  loads = [buf.src[1].get_idx().split_uop(Ops.ADD) for buf in tuned.bufs[1:]]  # NB: bufs[0] is the output
-  if tuned.full_shape[axis] % WIDE_BLOCK or not any(any(term is tuned.rngs[axis] for term in terms) for terms in loads):
+  if tuned.full_shape[axis] % WIDE_BLOCK or not _read_contiguously(tuned, axis):
     return None  # no load is contiguous along the axis: nothing would be read WIDE_BLOCK values at once
   widened = tuned.copy()
   try:
@@ -127,7 +144,7 @@ def _amended(hand_coded):
     if any(opt.op is OptOps.TC for opt in tuned.applied_opts):
       return tuned
     if body * tuned.upcast_size() <= EXPANDED_BODY:
-      widened = _widened_on_clang(kernel, tuned) or _contiguous_outputs_on_clang(kernel, tuned)
+      widened = _widened_on_clang(kernel, tuned, body) or _contiguous_outputs_on_clang(kernel, tuned)
       return widened if widened is not None and body * widened.upcast_size() <= EXPANDED_BODY else tuned
     return _replayed(kernel, tuned.applied_opts, _within_budget(body))
   optimize.__wrapped__ = hand_coded
